@@ -1,0 +1,33 @@
+"""milegpo: train long-horizon LLM agents with milestone-graph credit assignment.
+
+``MileGPO("LLMPolicy", env).learn(total_timesteps)`` - see the README.
+Heavy modules (torch, transformers) are imported only when an algorithm or a
+policy is first used, so ``import milegpo.envs`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "MileGPO": "milegpo.algos",
+    "GraphGPO": "milegpo.algos",
+    "GiGPO": "milegpo.algos",
+    "GRPO": "milegpo.algos",
+    "LLMPolicy": "milegpo.policies",
+    "TextEnv": "milegpo.envs",
+    "register_env": "milegpo.envs",
+    "make_env": "milegpo.envs",
+    "make_vec_env": "milegpo.envs",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'milegpo' has no attribute {name!r}")

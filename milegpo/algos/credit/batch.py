@@ -1,0 +1,94 @@
+"""The data every credit function reads: a flat batch of steps from grouped rollouts.
+
+A batch holds several tasks; every task was rolled out ``K`` times (its group)
+from the same initial state. Steps are stored flat, one row per environment
+step, in any order; trajectories and tasks are identified by integer ids.
+
+Pure numpy: no torch, no env, no model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class StepBatch:
+    """One row per step ``t`` of trajectory ``i`` of task ``q``.
+
+    :param task_ids: (N,) int - the task/group ``q`` of each step.
+    :param traj_ids: (N,) int - the trajectory ``i`` of each step (unique across the batch).
+    :param step_idx: (N,) int - ``t``, the position of the step inside its trajectory.
+    :param state_keys: (N,) str - state key of ``s_t`` (the state the action was taken in).
+    :param next_state_keys: (N,) str - state key of ``s_{t+1}``.
+    :param actions: (N,) str - the action text ``a_t``.
+    :param rewards: (N,) float - ``r_t`` (including any invalid-action penalty).
+    :param valid: (N,) bool - the action was valid.
+    :param dones: (N,) bool - ``s_{t+1}`` is the last state of the trajectory
+        (terminated or truncated).
+    :param outcomes: (T,) float - ``Z_i`` per trajectory id ``0..T-1``; by default
+        the sum of the trajectory's rewards.
+    :param success: (T,) bool - trajectory ``i`` succeeded (won).
+    """
+
+    task_ids: np.ndarray
+    traj_ids: np.ndarray
+    step_idx: np.ndarray
+    state_keys: np.ndarray
+    next_state_keys: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    valid: np.ndarray
+    dones: np.ndarray
+    outcomes: np.ndarray
+    success: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.task_ids = np.asarray(self.task_ids, dtype=np.int64)
+        self.traj_ids = np.asarray(self.traj_ids, dtype=np.int64)
+        self.step_idx = np.asarray(self.step_idx, dtype=np.int64)
+        self.state_keys = np.asarray(self.state_keys, dtype=object)
+        self.next_state_keys = np.asarray(self.next_state_keys, dtype=object)
+        self.actions = np.asarray(self.actions, dtype=object)
+        self.rewards = np.asarray(self.rewards, dtype=np.float64)
+        self.valid = np.asarray(self.valid, dtype=bool)
+        self.dones = np.asarray(self.dones, dtype=bool)
+        self.outcomes = np.asarray(self.outcomes, dtype=np.float64)
+        self.success = np.asarray(self.success, dtype=bool)
+        n = len(self.task_ids)
+        for name in ("traj_ids", "step_idx", "state_keys", "next_state_keys", "actions", "rewards", "valid", "dones"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"StepBatch.{name} has {len(getattr(self, name))} rows, task_ids has {n}")
+        if len(self.outcomes) != len(self.success):
+            raise ValueError("StepBatch.outcomes and StepBatch.success must have one entry per trajectory")
+        if n and (self.traj_ids.min() < 0 or self.traj_ids.max() >= len(self.outcomes)):
+            raise ValueError("StepBatch.traj_ids must index into outcomes (0..T-1)")
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.task_ids)
+
+    @property
+    def num_trajectories(self) -> int:
+        return len(self.outcomes)
+
+
+@dataclass
+class CreditResult:
+    """What a credit function returns.
+
+    :param advantages: (N,) float - the advantage ``A_t`` of each step row of the
+        batch (same order as the rows); the trainer puts it on every token of the
+        step's action.
+    :param diagnostics: plain, JSON-able numbers and small lists/dicts describing the
+        credit (milestones, traps, ties broken, ...); logged by the trainer.
+    :param components: optional named (N,) arrays (e.g. the raw step returns) for
+        plots and tests.
+    """
+
+    advantages: np.ndarray
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, np.ndarray] = field(default_factory=dict)

@@ -1,0 +1,171 @@
+"""The drop-in point of the library: :class:`TextEnv`, a Gymnasium env over text.
+
+A text environment shows the agent an observation string and takes an action
+string. Everything the trainer and the credit assignment need is carried in the
+``info`` dict of ``reset`` and ``step``, so any env that subclasses
+:class:`TextEnv` works with every algorithm in :mod:`milegpo.algos`:
+
+``info`` keys (always present)
+    ``admissible_commands``  list[str] or None - the commands valid now
+    ``won``                  bool - the task was solved
+    ``task``                 str - the goal text of the episode
+    ``valid_action``         bool - the last action was parsable and admissible
+    ``state_key``            str - :meth:`TextEnv.state_key`, identifies the state
+    ``score``                float - the engine's raw score (reward unless overridden)
+
+A subclass implements three methods:
+
+``_reset(seed, options) -> (observation, info)``
+    start a new episode. ``seed`` selects the task deterministically (two
+    resets with the same seed give the identical initial state: that is how
+    the grouped vector env makes the G copies of a task).
+``_step(action) -> (observation, reward, terminated, info)``
+    apply a *valid* action. ``info`` should carry ``won``.
+``admissible_commands() -> list[str] | None``
+    the commands the agent may send now, or None if any text is allowed.
+
+and, optionally, ``is_valid_action`` (default: membership in the admissible
+commands), ``state_key`` (default: the normalised observation) and ``task``.
+
+Invalid actions never raise: the base class returns the unchanged observation,
+``reward = -invalid_action_penalty``, ``valid_action=False``, and counts the step
+towards the horizon (``max_episode_steps`` -> ``truncated``).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+#: Characters allowed in observations and actions: all printable ASCII plus
+#: common Unicode (gymnasium's default charset is only ``[A-Za-z0-9]``).
+TEXT_CHARSET = frozenset(string.printable) | frozenset(chr(c) for c in range(0xA0, 0x3000))
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+class TextSpace(spaces.Text):
+    """A ``spaces.Text`` that accepts any printable/Unicode string of any length.
+
+    ``gymnasium.spaces.Text`` rejects spaces, punctuation and the empty string by
+    default; an action such as ``"go to countertop 1"`` must be in the space.
+    """
+
+    def __init__(self, max_length: int = 100_000, seed: int | None = None):
+        super().__init__(max_length=max_length, min_length=0, charset="".join(sorted(TEXT_CHARSET)), seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case, strip and collapse whitespace: the default state key."""
+    return _WHITESPACE.sub(" ", text.strip().lower())
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of every milegpo text environment (see the module docstring).
+
+    :param invalid_action_penalty: reward given (negated) for an invalid action.
+    :param max_episode_steps: horizon; the episode is truncated after this many steps.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"]}
+
+    def __init__(self, invalid_action_penalty: float = 0.1, max_episode_steps: int = 50, render_mode: str | None = None):
+        if invalid_action_penalty < 0:
+            raise ValueError(f"invalid_action_penalty must be >= 0 (it is subtracted), got {invalid_action_penalty}")
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.max_episode_steps = int(max_episode_steps)
+        self.render_mode = render_mode
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._observation = ""
+        self._task = ""
+        self._won = False
+        self._elapsed_steps = 0
+        self._episode_over = True
+
+    # ----------------------------------------------------------- subclass API
+    def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    def admissible_commands(self) -> list[str] | None:
+        """The commands valid in the current state, or None when free text is allowed."""
+        return None
+
+    def is_valid_action(self, action: str) -> bool:
+        """Whether ``action`` may be sent to the engine. Default: it is admissible."""
+        commands = self.admissible_commands()
+        return bool(action.strip()) if commands is None else action.strip() in commands
+
+    def state_key(self) -> str:
+        """A string that identifies the current state across rollouts of a task.
+
+        Default: the normalised current observation. Override it when different
+        states can print the same text (e.g. "Nothing happens.").
+        """
+        return normalize_text(self._observation)
+
+    @property
+    def task(self) -> str:
+        """The goal text of the current episode."""
+        return self._task
+
+    # ------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        observation, info = self._reset(seed, options)
+        self._observation = observation
+        self._task = str(info.get("task", self._task))
+        self._won = False
+        self._elapsed_steps = 0
+        self._episode_over = False
+        return observation, self._complete_info(info, valid_action=True)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._episode_over:
+            raise RuntimeError("step() called on a finished episode: call reset() first")
+        action = action if isinstance(action, str) else str(action)
+        self._elapsed_steps += 1
+        if self.is_valid_action(action):
+            observation, reward, terminated, info = self._step(action.strip())
+            self._observation = observation
+            self._won = bool(info.get("won", False))
+            valid = True
+        else:
+            observation, reward, terminated, info = self._observation, -self.invalid_action_penalty, False, {}
+            valid = False
+        truncated = not terminated and self._elapsed_steps >= self.max_episode_steps
+        self._episode_over = terminated or truncated
+        return observation, float(reward), bool(terminated), bool(truncated), self._complete_info(info, valid_action=valid)
+
+    def render(self) -> str | None:
+        text = self._observation
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    # ------------------------------------------------------------ helpers
+    def _complete_info(self, info: dict[str, Any], valid_action: bool) -> dict[str, Any]:
+        info = dict(info)
+        info.setdefault("score", 1.0 if self._won else 0.0)
+        info["won"] = self._won
+        info["task"] = self._task
+        info["valid_action"] = valid_action
+        info["admissible_commands"] = self.admissible_commands()
+        info["state_key"] = self.state_key()
+        info["elapsed_steps"] = self._elapsed_steps
+        return info

@@ -1,0 +1,85 @@
+"""Gymnasium registration of the milegpo environments, with errors a user can act on.
+
+Every env id of the library lives in :data:`BUILTIN_ENVS`; entry points are
+strings, so optional engines (alfworld, textworld-express, ...) are imported only
+when their env is made. Register your own env with :func:`register_env`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from milegpo.envs.core import TextEnv
+
+TWX_GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder")
+
+#: id -> (entry point, default kwargs)
+BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
+    "milegpo/House-v0": ("milegpo.envs.house:HouseEnv", {}),
+    "milegpo/ALFWorld-v0": ("milegpo.envs.alfworld:ALFWorldEnv", {}),
+    "milegpo/WebShop-v0": ("milegpo.envs.webshop:WebShopEnv", {}),
+    "milegpo/TextWorld-v0": ("milegpo.envs.textworld:TextWorldEnv", {}),
+    **{
+        f"milegpo/TWX-{game}-v0": ("milegpo.envs.textworld_express:TextWorldExpressEnv", {"game": game})
+        for game in TWX_GAMES
+    },
+}
+
+
+class UnknownEnvError(KeyError):
+    """Raised for an env id that is not registered; the message lists the known ids."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def register_env(env_id: str, entry_point: str | type[TextEnv], **kwargs: Any) -> None:
+    """Register a :class:`TextEnv` under ``env_id`` (e.g. ``"myorg/Maze-v0"``).
+
+    ``entry_point`` is a class or a ``"module:Class"`` string; ``kwargs`` become
+    the env's default constructor arguments. Registering an id twice replaces it.
+    """
+    if isinstance(entry_point, type) and not issubclass(entry_point, TextEnv):
+        raise TypeError(f"{entry_point.__name__} must subclass milegpo.envs.TextEnv")
+    if env_id in gym.registry:
+        del gym.registry[env_id]
+    gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True, order_enforce=False)
+
+
+def registered_env_ids() -> list[str]:
+    """The ids of all registered text envs (library and user-registered)."""
+    ids = []
+    for env_id, spec in gym.registry.items():
+        entry = spec.entry_point
+        if env_id in BUILTIN_ENVS or (isinstance(entry, type) and issubclass(entry, TextEnv)):
+            ids.append(env_id)
+        elif isinstance(entry, str) and entry.startswith("milegpo."):
+            ids.append(env_id)
+    return sorted(ids)
+
+
+def make_env(env_id: str, **kwargs: Any) -> TextEnv:
+    """Make a registered text env, with a helpful error for unknown ids.
+
+    Returns the unwrapped :class:`TextEnv` (no Gymnasium wrappers: the horizon
+    is the env's own ``max_episode_steps``).
+    """
+    if env_id not in gym.registry:
+        known = "\n  ".join(registered_env_ids())
+        raise UnknownEnvError(f"Unknown env id {env_id!r}. Registered text envs:\n  {known}\n"
+                              "Register your own with milegpo.envs.register_env(id, MyTextEnv).")
+    env = gym.make(env_id, **kwargs).unwrapped
+    if not isinstance(env, TextEnv):
+        raise TypeError(f"{env_id!r} made a {type(env).__name__}, which is not a milegpo.envs.TextEnv")
+    return env
+
+
+def _register_builtins() -> None:
+    for env_id, (entry_point, kwargs) in BUILTIN_ENVS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True, order_enforce=False)
+
+
+_register_builtins()
