@@ -1,14 +1,34 @@
-"""Text environments: the :class:`TextEnv` base class, registration and grouped vector envs."""
+"""Text environments: the :class:`TextEnv` base class, registration and grouped vector envs.
+
+:class:`GroupedTextVecEnv` and :func:`make_vec_env` are imported lazily: they
+subclass stable-baselines3's ``VecEnv`` (which imports torch), while making a
+single env stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from milegpo.envs.core import TextEnv, TextSpace, normalize_text
-from milegpo.envs.registration import UnknownEnvError, make_env, register_env, registered_env_ids
+from milegpo.envs.registration import UnknownEnvError, check_env_id, make_env, register_env, registered_env_ids
+
+_LAZY = {"GroupedTextVecEnv": "milegpo.envs.vec_env", "make_vec_env": "milegpo.envs.vec_env"}
 
 __all__ = [
     "TextEnv",
     "TextSpace",
     "normalize_text",
     "UnknownEnvError",
+    "check_env_id",
     "make_env",
     "register_env",
     "registered_env_ids",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'milegpo.envs' has no attribute {name!r}")

@@ -60,16 +60,21 @@ def registered_env_ids() -> list[str]:
     return sorted(ids)
 
 
+def check_env_id(env_id: str) -> None:
+    """Raise :class:`UnknownEnvError` (listing the registered ids) if ``env_id`` is not registered."""
+    if env_id not in gym.registry:
+        known = "\n  ".join(registered_env_ids())
+        raise UnknownEnvError(f"Unknown env id {env_id!r}. Registered text envs:\n  {known}\n"
+                              "Register your own with milegpo.envs.register_env(id, MyTextEnv).")
+
+
 def make_env(env_id: str, **kwargs: Any) -> TextEnv:
     """Make a registered text env, with a helpful error for unknown ids.
 
     Returns the unwrapped :class:`TextEnv` (no Gymnasium wrappers: the horizon
     is the env's own ``max_episode_steps``).
     """
-    if env_id not in gym.registry:
-        known = "\n  ".join(registered_env_ids())
-        raise UnknownEnvError(f"Unknown env id {env_id!r}. Registered text envs:\n  {known}\n"
-                              "Register your own with milegpo.envs.register_env(id, MyTextEnv).")
+    check_env_id(env_id)
     env = gym.make(env_id, **kwargs).unwrapped
     if not isinstance(env, TextEnv):
         raise TypeError(f"{env_id!r} made a {type(env).__name__}, which is not a milegpo.envs.TextEnv")

@@ -1,0 +1,499 @@
+"""Grouped vectorized text env: ``n_tasks`` tasks x ``group_size`` copies, one SB3 ``VecEnv``.
+
+Group RL (GRPO, GiGPO, GraphGPO, MileGPO) rolls every task out ``group_size``
+times from the *same* initial state. :class:`GroupedTextVecEnv` holds
+``num_envs = n_tasks * group_size`` :class:`~milegpo.envs.core.TextEnv`
+instances; env ``i`` belongs to group ``i // group_size`` and all envs of a group
+are reset together with the same task seed.
+
+Differences from SB3's ``DummyVecEnv`` / ``SubprocVecEnv`` (see DESIGN.md section 5):
+
+* observations are an ``np.ndarray(dtype=object)`` of ``str`` (text spaces have no
+  shape), actions a sequence of ``str``;
+* **autoreset is disabled**: an env whose episode ended stays done until the next
+  :meth:`~GroupedTextVecEnv.reset`. Stepping it is a no-op that returns its last
+  observation, reward 0.0, done ``True`` and its last info with ``"inactive": True``.
+  :attr:`~GroupedTextVecEnv.active` tells which episodes are still running;
+* an env (or a worker process) that raises, crashes or hangs does not stop the
+  batch: its episode is reported truncated with ``info["env_error"]`` and the env
+  stays inactive; the worker is restarted and the env rebuilt at the next reset.
+
+Use with SB3-style code::
+
+    venv = make_vec_env("milegpo/House-v0", n_tasks=4, group_size=8, seed=0)
+    obs = venv.reset()                       # (32,) object array of str
+    while venv.active.any():
+        actions = [info["admissible_commands"][0] for info in infos]  # your policy
+        obs, rewards, dones, infos = venv.step(actions)
+
+Plain Gymnasium users: ``infos`` of :meth:`reset` are in ``venv.reset_infos``;
+``terminated``/``truncated`` of a step are ``info["terminated"]`` and
+``info["TimeLimit.truncated"]`` (``dones`` is their ``or``); each env is a plain
+``gymnasium.Env`` reachable through :meth:`env_method` / :meth:`get_attr`.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
+
+from milegpo.envs.core import TextEnv, TextSpace
+from milegpo.envs.registration import check_env_id, make_env, register_env
+from milegpo.envs.vec_worker import EnvHost, Result, worker_main
+
+logger = logging.getLogger(__name__)
+
+#: Task seeds are drawn from [0, MAX_SEED) when the env has no finite task list.
+MAX_SEED = 2**31 - 1
+
+
+class EnvWorkerError(RuntimeError):
+    """A worker process died, hung past its timeout, or could not start."""
+
+
+class RegisteredEnvFactory:
+    """Picklable factory of a registered env id: ``make_env(env_id, **env_kwargs)``.
+
+    It carries the id's entry point, so an env registered only in the parent
+    process (``register_env`` in a user script) can be made in a spawned worker.
+    """
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
+        check_env_id(env_id)
+        spec = gym.spec(env_id)
+        self.env_id = env_id
+        self.entry_point = spec.entry_point
+        self.default_kwargs = dict(spec.kwargs)
+        self.env_kwargs = dict(env_kwargs or {})
+
+    def __call__(self) -> TextEnv:
+        if self.env_id not in gym.registry:
+            register_env(self.env_id, self.entry_point, **self.default_kwargs)
+        return make_env(self.env_id, **self.env_kwargs)
+
+    def __repr__(self) -> str:
+        return f"RegisteredEnvFactory({self.env_id!r}, {self.env_kwargs!r})"
+
+
+class _LocalWorker:
+    """Runs an :class:`EnvHost` in this process, with the worker-process interface."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], TextEnv]]):
+        self.host = EnvHost(env_fns)
+        self._reply: tuple[str, Any] = ("ok", None)
+
+    def send(self, command: str, *data: Any) -> None:
+        try:
+            self._reply = ("ok", getattr(self.host, command)(*data))
+        except Exception as exc:
+            self._reply = ("raise", exc)
+
+    def recv(self) -> tuple[str, Any]:
+        return self._reply
+
+    def restart(self) -> None:  # pragma: no cover - a local worker cannot die
+        pass
+
+    def close(self) -> None:
+        self.host.close()
+
+
+class _ProcessWorker:
+    """An :class:`EnvHost` in a child process, talked to through a pipe with timeouts."""
+
+    def __init__(self, ctx: Any, env_fns: Sequence[Callable[[], TextEnv]], timeout: float, name: str):
+        self._ctx = ctx
+        self._pickled_fns = cloudpickle.dumps(list(env_fns))
+        self.timeout = timeout
+        self.name = name
+        self._send_error: BaseException | None = None
+        self._start()
+
+    def _start(self) -> None:
+        self.conn, child_conn = self._ctx.Pipe()
+        self.process = self._ctx.Process(target=worker_main, args=(child_conn, self._pickled_fns), daemon=True, name=self.name)
+        self.process.start()
+        child_conn.close()
+        try:
+            status, payload = self.recv()
+        except EnvWorkerError as exc:
+            self._kill()
+            raise EnvWorkerError(f"{self.name} failed to start: {exc}") from None
+        if status == "raise":
+            self._kill()
+            raise EnvWorkerError(f"{self.name} failed to build its envs: {payload!r}") from payload
+
+    def send(self, command: str, *data: Any) -> None:
+        self._send_error = None
+        try:
+            self.conn.send((command, data))
+        except (OSError, ValueError) as exc:  # broken pipe: the process is gone
+            self._send_error = exc
+
+    def recv(self) -> tuple[str, Any]:
+        if self._send_error is not None:
+            raise EnvWorkerError(f"{self.name} is not reachable ({self._send_error!r}){self._exit_text()}")
+        try:
+            if not self.conn.poll(self.timeout):
+                raise EnvWorkerError(f"{self.name} gave no answer within {self.timeout:g} s (hung env?)")
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise EnvWorkerError(f"{self.name} died ({type(exc).__name__}){self._exit_text()}") from None
+
+    def restart(self) -> None:
+        self._kill()
+        self._start()
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            self.send("close")
+            try:
+                self.recv()
+            except EnvWorkerError:
+                pass
+            self.process.join(timeout=5)
+        self._kill()
+
+    def _exit_text(self) -> str:
+        self.process.join(timeout=1)
+        code = self.process.exitcode
+        return "" if code is None else f", exit code {code}"
+
+    def _kill(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+class GroupedTextVecEnv(VecEnv):
+    """``n_tasks`` groups of ``group_size`` copies of a text env, with aligned episodes.
+
+    :param env_fn: factory returning a new :class:`TextEnv` (picklable with
+        cloudpickle when ``subprocess=True``); called ``num_envs`` times.
+    :param n_tasks: number of groups (distinct tasks per batch).
+    :param group_size: copies per task (``K`` in DESIGN.md, default 8).
+    :param seed: seed of the vec env's RNG that draws the task seeds in :meth:`reset`.
+    :param subprocess: host the envs in worker processes instead of this process.
+    :param n_workers: number of worker processes (default: one per CPU core, at
+        most one per env); envs are split into contiguous blocks.
+    :param start_method: ``"forkserver"`` (default where available) or ``"spawn"``;
+        ``"fork"`` is refused because it copies the parent's torch threads and locks.
+    :param timeout: seconds a worker may take to answer one command before it is
+        declared hung, killed and restarted.
+
+    Attributes: ``n_tasks``, ``group_size``, ``group_ids`` (int64, env -> group),
+    ``task_seeds`` (int64, seed of each group at the last reset, -1 for a group
+    left empty by :meth:`reset_groups`), ``reset_infos``, :attr:`active`.
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], TextEnv],
+        n_tasks: int = 1,
+        group_size: int = 8,
+        seed: int | None = 0,
+        subprocess: bool = False,
+        n_workers: int | None = None,
+        start_method: str | None = None,
+        timeout: float = 120.0,
+    ):
+        if n_tasks < 1 or group_size < 1:
+            raise ValueError(f"n_tasks and group_size must be >= 1, got n_tasks={n_tasks}, group_size={group_size}")
+        self.n_tasks = int(n_tasks)
+        self.group_size = int(group_size)
+        num_envs = self.n_tasks * self.group_size
+        self.group_ids = np.arange(num_envs, dtype=np.int64) // self.group_size
+        self.task_seeds = np.full(self.n_tasks, -1, dtype=np.int64)
+        self.subprocess = bool(subprocess)
+
+        blocks = self._blocks(num_envs, n_workers if subprocess else 1)
+        self._slots = [(w, j) for w, block in enumerate(blocks) for j in range(len(block))]  # env -> (worker, local)
+        self._workers: list[_LocalWorker | _ProcessWorker]
+        if subprocess:
+            ctx = mp.get_context(self._start_method(start_method))
+            self._workers = []
+            try:
+                for w, block in enumerate(blocks):
+                    self._workers.append(_ProcessWorker(ctx, [env_fn] * len(block), timeout, f"env-worker-{w}"))
+            except BaseException:
+                for worker in self._workers:
+                    worker.close()
+                raise
+        else:
+            self._workers = [_LocalWorker([env_fn] * num_envs)]
+
+        self._obs = np.array([""] * num_envs, dtype=object)
+        self._active = np.zeros(num_envs, dtype=bool)
+        self._last_infos: list[dict[str, Any]] = [{"inactive": True} for _ in range(num_envs)]
+        self._actions: Sequence[Any] | None = None
+        self._closed = False
+        super().__init__(num_envs, TextSpace(), TextSpace())
+        try:
+            self._num_tasks: int | None = int(self.get_attr("num_tasks", indices=[0])[0])
+        except (AttributeError, TypeError):
+            self._num_tasks = None
+        self.seed(seed)
+
+    # ------------------------------------------------------------ properties
+    @property
+    def active(self) -> np.ndarray:
+        """Bool array: the env's episode is still running (a copy)."""
+        return self._active.copy()
+
+    # ---------------------------------------------------------------- resets
+    def seed(self, seed: int | None = None) -> list[int | None]:
+        """Seed the RNG that draws the task seeds of :meth:`reset` (applies from the next reset)."""
+        if seed is None:
+            seed = int(np.random.SeedSequence().generate_state(1)[0])
+        self._seed = int(seed)
+        self._rng = np.random.default_rng(self._seed)
+        return [self._seed] * self.num_envs
+
+    def draw_task_seeds(self) -> np.ndarray:
+        """Draw ``n_tasks`` task seeds from the vec env's RNG.
+
+        With a finite task list (the env's ``num_tasks``) the seeds are distinct
+        task indices when ``n_tasks <= num_tasks``; otherwise any ints in [0, 2**31).
+        """
+        if self._num_tasks is not None and self.n_tasks <= self._num_tasks:
+            return self._rng.choice(self._num_tasks, size=self.n_tasks, replace=False).astype(np.int64)
+        return self._rng.integers(0, MAX_SEED, size=self.n_tasks, dtype=np.int64)
+
+    def reset(self) -> np.ndarray:
+        """Start new episodes: one fresh task seed per group, the same for all its copies."""
+        return self.reset_groups(self.draw_task_seeds())
+
+    def reset_groups(self, task_seeds: Sequence[int]) -> np.ndarray:
+        """Reset group ``g`` with ``task_seeds[g]`` (e.g. seeds 0..n-1 of an eval split).
+
+        Fewer seeds than ``n_tasks`` are allowed: the remaining groups stay
+        inactive (empty observation). Options set by :meth:`set_options` apply
+        to this reset only.
+        """
+        seeds = [int(s) for s in task_seeds]
+        if len(seeds) > self.n_tasks:
+            raise ValueError(f"got {len(seeds)} task seeds for {self.n_tasks} groups")
+        self.task_seeds = np.full(self.n_tasks, -1, dtype=np.int64)
+        self.task_seeds[: len(seeds)] = seeds
+        items: dict[int, list[tuple[int, int | None, dict[str, Any] | None]]] = {}
+        for i, (w, j) in enumerate(self._slots):
+            group = int(self.group_ids[i])
+            if group < len(seeds):
+                items.setdefault(w, []).append((j, seeds[group], self._options[i] or None))
+        results = self._dispatch("reset", items)
+        self._obs[:] = ""
+        self._active[:] = False
+        self.reset_infos = [{"inactive": True} for _ in range(self.num_envs)]
+        for i, (status, value) in results.items():
+            if status == "ok":
+                self._obs[i], info = value
+                self.reset_infos[i] = dict(info)
+                self._active[i] = True
+            else:
+                self.reset_infos[i] = {"env_error": value, "inactive": True}
+        self._last_infos = [dict(info) for info in self.reset_infos]
+        self._reset_options()
+        return self._obs.copy()
+
+    # ----------------------------------------------------------------- steps
+    def step_async(self, actions: Sequence[Any] | np.ndarray) -> None:
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
+        self._actions = actions
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        if self._actions is None:
+            raise RuntimeError("step_wait() called without step_async()")
+        actions, self._actions = self._actions, None
+        items: dict[int, list[tuple[int, str]]] = {}
+        for i in np.flatnonzero(self._active):
+            w, j = self._slots[i]
+            action = actions[i]
+            items.setdefault(w, []).append((j, action if isinstance(action, str) else str(action)))
+        results = self._dispatch("step", items)
+
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        dones = ~self._active
+        infos = [dict(info, inactive=True) for info in self._last_infos]
+        for i, (status, value) in results.items():
+            if status == "ok":
+                obs, reward, terminated, truncated, info = value
+                info = dict(info, terminated=bool(terminated))
+                info["TimeLimit.truncated"] = bool(truncated and not terminated)
+                self._obs[i], rewards[i] = obs, reward
+                done = bool(terminated or truncated)
+            else:
+                info = dict(self._last_infos[i], env_error=value, terminated=False, valid_action=False, won=False)
+                info["TimeLimit.truncated"] = True
+                done = True
+            if done:
+                info["terminal_observation"] = self._obs[i]
+                self._active[i] = False
+            dones[i] = done
+            infos[i] = info
+            self._last_infos[i] = info
+        return self._obs.copy(), rewards, dones, infos
+
+    # ------------------------------------------------------ attribute access
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return self._call_indices("get_attr", indices, attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self._call_indices("set_attr", indices, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+        return self._call_indices("env_method", indices, method_name, method_args, method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        return self._call_indices("env_is_wrapped", indices, wrapper_class)
+
+    def render(self, mode: str | None = None) -> np.ndarray | None:
+        """``"ansi"`` (default when the envs have it): the rendered texts; ``"human"``: print them."""
+        mode = mode or self.render_mode or "ansi"
+        texts = [info if info is not None else obs for info, obs in zip(self.env_method("render"), self._obs)]
+        if mode == "human":
+            for i, text in enumerate(texts):
+                print(f"[env {i}, group {self.group_ids[i]}] {text}")
+            return None
+        return np.array(texts, dtype=object)
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        raise NotImplementedError("text envs have no images; use render('ansi')")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            try:
+                worker.close()
+            except Exception:
+                logger.debug("error while closing a worker", exc_info=True)
+
+    # --------------------------------------------------------------- helpers
+    def _dispatch(self, command: str, items: dict[int, list]) -> dict[int, Result]:
+        """Send ``command`` with each worker's items, collect per-env results (env index -> result).
+
+        A worker that dies or hangs is restarted and all its items get an error result.
+        """
+        for w, worker_items in items.items():
+            self._workers[w].send(command, worker_items)
+        local_to_global = {slot: i for i, slot in enumerate(self._slots)}
+        results: dict[int, Result] = {}
+        for w, worker_items in items.items():
+            try:
+                status, payload = self._workers[w].recv()
+                if status != "ok":  # EnvHost.reset/step never raise: a protocol failure
+                    raise EnvWorkerError(f"env-worker-{w} failed: {payload!r}")
+            except EnvWorkerError as exc:
+                message = f"{exc}; the worker was restarted and the episodes it hosted were truncated"
+                logger.warning(message)
+                self._restart(w)
+                payload = [("error", message)] * len(worker_items)
+            for (j, *_), result in zip(worker_items, payload):
+                results[local_to_global[(w, j)]] = result
+        return results
+
+    def _call_indices(self, command: str, indices: VecEnvIndices, *data: Any) -> list[Any]:
+        env_indices = self._get_indices(indices)
+        by_worker: dict[int, list[int]] = {}
+        for i in env_indices:
+            by_worker.setdefault(self._slots[i][0], []).append(i)
+        for w, envs in by_worker.items():
+            self._workers[w].send(command, [self._slots[i][1] for i in envs], *data)
+        values: dict[int, Any] = {}
+        error: BaseException | None = None
+        for w, envs in by_worker.items():
+            try:
+                status, payload = self._workers[w].recv()
+            except EnvWorkerError as exc:
+                self._restart(w)
+                status, payload = "raise", exc
+            if status == "raise":
+                error = error or payload
+                continue
+            values.update(zip(envs, payload))
+        if error is not None:
+            raise error
+        return [values[i] for i in env_indices]
+
+    def _restart(self, w: int) -> None:
+        for i, (worker, _) in enumerate(self._slots):
+            if worker == w:
+                self._active[i] = False
+        self._workers[w].restart()
+
+    def _get_indices(self, indices: VecEnvIndices) -> list[int]:
+        if indices is None:
+            return list(range(self.num_envs))
+        if isinstance(indices, (int, np.integer)):
+            return [int(indices)]
+        return [int(i) for i in indices]
+
+    @staticmethod
+    def _blocks(num_envs: int, n_workers: int | None) -> list[np.ndarray]:
+        n_workers = n_workers or os.cpu_count() or 1
+        if n_workers < 1:
+            raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+        return [block for block in np.array_split(np.arange(num_envs), min(n_workers, num_envs))]
+
+    @staticmethod
+    def _start_method(start_method: str | None) -> str:
+        available = mp.get_all_start_methods()
+        if start_method is None:
+            return "forkserver" if "forkserver" in available else "spawn"
+        if start_method not in ("spawn", "forkserver") or start_method not in available:
+            raise ValueError(f"start_method must be 'spawn' or 'forkserver' (available here: {available}), got {start_method!r}")
+        return start_method
+
+
+def make_vec_env(
+    env_id_or_factory: str | Callable[[], TextEnv],
+    n_tasks: int = 1,
+    group_size: int = 8,
+    seed: int | None = 0,
+    env_kwargs: dict[str, Any] | None = None,
+    subprocess: bool = False,
+    n_workers: int | None = None,
+    start_method: str | None = None,
+    timeout: float = 120.0,
+) -> GroupedTextVecEnv:
+    """Make a :class:`GroupedTextVecEnv` from a registered env id or an env factory.
+
+    :param env_id_or_factory: a registered id (``"milegpo/House-v0"``; an unknown
+        id raises :class:`~milegpo.envs.registration.UnknownEnvError` listing the
+        known ones) or a callable returning a :class:`TextEnv`.
+    :param env_kwargs: constructor arguments of the env (with an id), or
+        arguments passed to the factory.
+    Other parameters: see :class:`GroupedTextVecEnv`.
+    """
+    if isinstance(env_id_or_factory, str):
+        env_fn: Callable[[], TextEnv] = RegisteredEnvFactory(env_id_or_factory, env_kwargs)
+    elif callable(env_id_or_factory):
+        env_fn = _KwargsFactory(env_id_or_factory, env_kwargs) if env_kwargs else env_id_or_factory
+    else:
+        raise TypeError(f"env_id_or_factory must be an env id or a callable returning a TextEnv, got {env_id_or_factory!r}")
+    return GroupedTextVecEnv(env_fn, n_tasks=n_tasks, group_size=group_size, seed=seed, subprocess=subprocess,
+                             n_workers=n_workers, start_method=start_method, timeout=timeout)
+
+
+class _KwargsFactory:
+    """``factory(**kwargs)`` as a picklable zero-argument callable."""
+
+    def __init__(self, factory: Callable[..., TextEnv], kwargs: dict[str, Any]):
+        self.factory, self.kwargs = factory, dict(kwargs)
+
+    def __call__(self) -> TextEnv:
+        return self.factory(**self.kwargs)
