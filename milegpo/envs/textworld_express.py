@@ -1,0 +1,168 @@
+"""TextWorld-Express games as milegpo text envs (``milegpo/TWX-<game>-v0``).
+
+`TextWorld-Express <https://github.com/cognitiveailab/TextWorldExpress>`_
+(Jansen & Cote, 2022) is a fast Java/Scala re-implementation of eight text games:
+cookingworld, twc, coin, mapreader, arithmetic, sorting, simonsays, peckingorder.
+This adapter plays them through the ``textworld-express`` package
+(``pip install "milegpo[twx]"``, needs a Java runtime >= 8 on ``PATH``).
+
+What the adapter maps (everything else is the engine's own behaviour):
+
+- **Tasks and splits.** Upstream defines a list of seeds per fold (train / dev /
+  test, 1,000 each). ``split`` is ``"train"``, ``"dev"`` or ``"test"``, or the
+  generic milegpo names ``"eval_id"`` (= dev) and ``"eval_ood"`` (= test: upstream
+  builds its test games from held-out object/ingredient sets). ``reset(seed=s)``
+  plays the ``s % num_tasks``-th seed of the split.
+- **Game parameters** (upstream's ``gameParams`` string, e.g. ``numLocations``,
+  ``numDistractorItems``, ``includeDoors``) are env kwargs, given as keywords or
+  as a ``game_params`` dict/string; booleans become 0/1. Unknown names raise a
+  ``ValueError`` listing the game's parameters.
+- **Reward** = the change of the engine's normalised score, so an episode's
+  rewards sum to its final score (1.0 when won; cookingworld, twc, mapreader,
+  ... also pay partial progress). ``won`` is the engine's ``tasksuccess``; the
+  episode terminates on ``tasksuccess`` or ``taskfailure``.
+- **Admissible commands** are the engine's valid actions, sorted.
+- **State key**: the room description (``look``) + inventory + raw score, which
+  separates states that print the same feedback text. (Two world states that
+  differ only in a closed, out-of-sight container look the same; the engine's
+  full object tree would separate them but costs ~0.7 ms a step.)
+- **Gold path**: with ``gold_path=True`` the reset info holds upstream's gold
+  action sequence under ``"gold_actions"``.
+
+One JVM is started per process, on first use, and shared by every env of the
+process (each env holds its own game on it). Make envs inside the worker process
+that steps them: an env created before ``fork`` is bound to the parent's JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+from milegpo.envs.core import TextEnv, normalize_text
+
+#: milegpo split name -> upstream fold
+SPLITS = {"train": "train", "dev": "dev", "test": "test", "eval_id": "dev", "eval_ood": "test"}
+
+_GATEWAYS: dict[int, Any] = {}  # process id -> py4j JavaGateway of that process's JVM
+
+
+def _java_gateway() -> Any:
+    """The py4j gateway to this process's TextWorld-Express JVM, started on first use."""
+    gateway = _GATEWAYS.get(os.getpid())
+    if gateway is not None:
+        return gateway
+    try:
+        from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+        from textworld_express.constants import BASEPATH, JAR_PATH
+    except ImportError as exc:
+        raise ImportError('TextWorld-Express envs need the textworld-express package: pip install "milegpo[twx]"') from exc
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("TextWorld-Express runs on Java, but no `java` executable is on PATH. Install a Java "
+                           "runtime >= 8 (e.g. `apt-get install openjdk-17-jre-headless`, or `conda install openjdk`) "
+                           "and make sure `java -version` works in this shell.")
+    try:
+        port, process = launch_gateway(classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, java_path=java, return_proc=True)
+        gateway = JavaGateway(gateway_parameters=GatewayParameters(auto_field=True, port=port), java_process=process)
+        gateway.jvm.textworldexpress.runtime.PythonInterface()  # fails here if the JVM cannot load the engine
+    except Exception as exc:
+        raise RuntimeError(f"Could not start the TextWorld-Express JVM with {java} ({type(exc).__name__}: {exc}). "
+                           "It needs a working Java runtime >= 8: check `java -version`.") from exc
+    _GATEWAYS[os.getpid()] = gateway
+    return gateway
+
+
+def game_param_string(game_params: Mapping[str, Any] | str | None = None, **params: Any) -> str:
+    """Upstream's ``gameParams`` string (``"numLocations=3,includeDoors=0"``) from a dict/string and keywords."""
+    merged: dict[str, Any] = {}
+    if isinstance(game_params, str):
+        for item in filter(None, (part.strip() for part in game_params.split(","))):
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"game_params {game_params!r}: expected comma-separated name=value pairs")
+            merged[name.strip()] = value.strip()
+    elif game_params is not None:
+        merged.update(game_params)
+    merged.update(params)
+    return ",".join(f"{name}={int(value) if isinstance(value, bool) else value}" for name, value in merged.items())
+
+
+class TextWorldExpressEnv(TextEnv):
+    """One TextWorld-Express game (see the module docstring for the mapping).
+
+    :param game: one of upstream's game names (``"coin"``, ``"cookingworld"``, ...).
+    :param split: ``"train"``, ``"dev"``/``"eval_id"`` or ``"test"``/``"eval_ood"``.
+    :param game_params: game parameters as a dict or upstream's string; merged
+        with (and overridden by) the keyword arguments ``**params``.
+    :param gold_path: also generate the gold action sequence at reset
+        (``info["gold_actions"]``; makes resets ~25% slower).
+    :param max_episode_steps: the horizon (upstream's default step limit is 100).
+    :param invalid_action_penalty: reward (negated) of a non-admissible action.
+    """
+
+    def __init__(self, game: str = "coin", split: str = "train", game_params: Mapping[str, Any] | str | None = None,
+                 gold_path: bool = False, max_episode_steps: int = 100, invalid_action_penalty: float = 0.1,
+                 render_mode: str | None = None, **params: Any):
+        super().__init__(invalid_action_penalty=invalid_action_penalty, max_episode_steps=max_episode_steps,
+                         render_mode=render_mode)
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+        self.game = game
+        self.split = split
+        self.game_params = game_param_string(game_params, **params)
+        self.gold_path = bool(gold_path)
+        self._fold = SPLITS[split]
+        self._server = _java_gateway().jvm.textworldexpress.runtime.PythonInterface()
+        error = self._server.load(game, self.game_params)
+        if error:
+            raise ValueError(f"TextWorld-Express {game!r} with params {self.game_params!r}: {error.strip()}")
+        self._seeds = [int(s) for s in {"train": self._server.getSeedsTrain, "dev": self._server.getSeedsDev,
+                                        "test": self._server.getSeedsTest}[self._fold]()]
+        self._response: dict[str, Any] = {}
+        self._commands: list[str] = []
+        self._score = 0.0
+
+    @property
+    def num_tasks(self) -> int:
+        """Number of games (upstream seeds) in the split."""
+        return len(self._seeds)
+
+    def engine_seed(self, seed: int) -> int:
+        """The upstream seed that ``reset(seed=seed)`` plays."""
+        return self._seeds[seed % self.num_tasks]
+
+    def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        index = int(self.np_random.integers(self.num_tasks)) if seed is None else seed
+        self._update(self._server.generateNewGameJSON(self.engine_seed(index), self._fold, self.gold_path))
+        self._score = float(self._response["score"])
+        info = {"task": self._server.getTaskDescription(), "score": self._score}
+        if self.gold_path:
+            info["gold_actions"] = [str(a) for a in self._server.getGoldActionSequence()]
+        return self._response["observation"], info
+
+    def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        self._update(self._server.stepJSON(action))
+        score = float(self._response["score"])
+        reward, self._score = score - self._score, score
+        won = bool(self._response["tasksuccess"])
+        terminated = won or bool(self._response["taskfailure"])
+        return self._response["observation"], reward, terminated, {"won": won, "score": score}
+
+    def _update(self, response_json: str) -> None:
+        self._response = json.loads(response_json)
+        self._commands = sorted(self._response["validActions"])
+
+    def admissible_commands(self) -> list[str]:
+        return self._commands
+
+    def state_key(self) -> str:
+        response = self._response
+        return (f"{normalize_text(response['look'])} | {normalize_text(response['inventory'])}"
+                f" | score {response['scoreRaw']:g}")
+
+    def close(self) -> None:
+        self._server = None  # the shared JVM lives on for the process's other envs
