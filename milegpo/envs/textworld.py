@@ -25,6 +25,7 @@ the old 4-tuple ``step`` and reports the *cumulative* score) and maps it:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,11 @@ class TextWorldEnv(TextEnv):
             self.close()
             self._engine = _textworld().gym.make(self._env_ids[index])
             self._game_index = index
-        observation, self._infos = self._engine.reset()
+        with warnings.catch_warnings():
+            # jericho (TextWorld's z-machine) warns that it cannot track the score of TextWorld-made games;
+            # TextWorld tracks it itself from the game's logic state, so the warning does not apply here.
+            warnings.filterwarnings("ignore", message=".*is not fully supported")
+            observation, self._infos = self._engine.reset()
         self._score = float(self._infos["score"])
         return observation, {"task": self._infos["objective"], "score": self._score}
 
