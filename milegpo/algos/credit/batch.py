@@ -10,7 +10,7 @@ Pure numpy: no torch, no env, no model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -66,6 +66,82 @@ class StepBatch:
             raise ValueError("StepBatch.outcomes and StepBatch.success must have one entry per trajectory")
         if n and (self.traj_ids.min() < 0 or self.traj_ids.max() >= len(self.outcomes)):
             raise ValueError("StepBatch.traj_ids must index into outcomes (0..T-1)")
+
+    @classmethod
+    def from_trajectories(
+        cls,
+        states: Sequence[Sequence[str]],
+        success: Sequence[bool],
+        *,
+        task_ids: Sequence[int] | None = None,
+        actions: Sequence[Sequence[str]] | None = None,
+        rewards: Sequence[Sequence[float]] | None = None,
+        valid: Sequence[Sequence[bool]] | None = None,
+        outcomes: Sequence[float] | None = None,
+        success_reward: float = 10.0,
+    ) -> StepBatch:
+        """Build a batch from per-trajectory lists (tests, examples, small studies).
+
+        Trajectory ``i`` gets id ``i``; its rows are in step order, trajectories
+        one after the other.
+
+        :param states: per trajectory its state keys ``s_0 .. s_T`` (``T + 1`` keys
+            for ``T`` steps; at least two).
+        :param success: per trajectory, whether it succeeded.
+        :param task_ids: per trajectory its task ``q`` (default: all task 0).
+        :param actions: per trajectory ``T`` action texts (default: ``"to <s_{t+1}>"``,
+            so the same transition gets the same action text).
+        :param rewards: per trajectory ``T`` rewards (default: 0 everywhere except
+            ``success_reward`` on the last step of a successful trajectory).
+        :param valid: per trajectory ``T`` flags (default: all valid).
+        :param outcomes: ``Z_i`` per trajectory (default: the sum of its rewards).
+        :param success_reward: the default final reward of a success (ALFWorld: 10).
+        """
+        n_traj = len(states)
+        if len(success) != n_traj:
+            raise ValueError(f"success has {len(success)} entries for {n_traj} trajectories")
+        for name, per_traj in (("task_ids", task_ids), ("actions", actions), ("rewards", rewards),
+                               ("valid", valid), ("outcomes", outcomes)):
+            if per_traj is not None and len(per_traj) != n_traj:
+                raise ValueError(f"{name} has {len(per_traj)} entries for {n_traj} trajectories")
+        cols: dict[str, list[Any]] = {k: [] for k in ("task_ids", "traj_ids", "step_idx", "state_keys",
+                                                      "next_state_keys", "actions", "rewards", "valid", "dones")}
+        z = []
+        for i, keys in enumerate(states):
+            n = len(keys) - 1
+            if n < 1:
+                raise ValueError(f"trajectory {i} needs at least two states (s_0 and s_1), got {len(keys)}")
+            acts = list(actions[i]) if actions is not None else [f"to {k}" for k in keys[1:]]
+            if rewards is not None:
+                rews = [float(r) for r in rewards[i]]
+            else:
+                rews = [0.0] * n
+                rews[-1] = float(success_reward) if success[i] else 0.0
+            vals = list(valid[i]) if valid is not None else [True] * n
+            for name, col in (("actions", acts), ("rewards", rews), ("valid", vals)):
+                if len(col) != n:
+                    raise ValueError(f"{name}[{i}] has {len(col)} entries for {n} steps")
+            cols["task_ids"] += [int(task_ids[i]) if task_ids is not None else 0] * n
+            cols["traj_ids"] += [i] * n
+            cols["step_idx"] += list(range(n))
+            cols["state_keys"] += list(keys[:-1])
+            cols["next_state_keys"] += list(keys[1:])
+            cols["actions"] += acts
+            cols["rewards"] += rews
+            cols["valid"] += vals
+            cols["dones"] += [False] * (n - 1) + [True]
+            z.append(float(outcomes[i]) if outcomes is not None else float(sum(rews)))
+        return cls(**{k: np.array(v, dtype=object) if k in ("state_keys", "next_state_keys", "actions") else v
+                      for k, v in cols.items()},
+                   outcomes=np.array(z, dtype=np.float64), success=np.array(success, dtype=bool))
+
+    def success_mask(self, threshold: float | None = None) -> np.ndarray:
+        """(T,) bool - success per trajectory: ``success`` as given when
+        ``threshold`` is None, else ``outcomes >= threshold`` (continuous scores,
+        e.g. a WebShop score in [0, 1])."""
+        if threshold is None:
+            return self.success.copy()
+        return self.outcomes >= float(threshold)
 
     @property
     def num_steps(self) -> int:

@@ -1,0 +1,79 @@
+"""The entry points the trainer uses: one function per method name, configs by name."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from milegpo.algos.credit.base import CreditConfig
+from milegpo.algos.credit.batch import CreditResult, StepBatch
+from milegpo.algos.credit.gigpo import GiGPOConfig, gigpo
+from milegpo.algos.credit.graphgpo import GraphGPOConfig, graphgpo
+from milegpo.algos.credit.grpo import GRPOConfig, grpo
+from milegpo.algos.credit.milegpo import MileGPOConfig, milegpo
+
+_REGISTRY: dict[str, tuple[Callable[..., CreditResult], type[CreditConfig]]] = {
+    "grpo": (grpo, GRPOConfig),
+    "gigpo": (gigpo, GiGPOConfig),
+    "graphgpo": (graphgpo, GraphGPOConfig),
+    "milegpo": (milegpo, MileGPOConfig),
+}
+
+CREDIT_METHODS: tuple[str, ...] = tuple(_REGISTRY)
+"""The names :func:`compute_credit` accepts."""
+
+
+def _lookup(method: str) -> tuple[Callable[..., CreditResult], type[CreditConfig]]:
+    try:
+        return _REGISTRY[method]
+    except KeyError:
+        raise ValueError(f"unknown credit method {method!r}; choose one of {CREDIT_METHODS}") from None
+
+
+def make_credit_config(method: str, **overrides: Any) -> CreditConfig:
+    """The config of ``method`` with ``overrides`` applied.
+
+    For ``"milegpo"`` the key ``preset`` (``"alfworld"`` / ``"webshop"``) starts from
+    that env's setting. An unknown key raises ``ValueError`` naming the valid fields.
+    """
+    _, config_cls = _lookup(method)
+    preset = overrides.pop("preset", None)
+    if preset is not None:
+        if config_cls is not MileGPOConfig:
+            raise ValueError(f"presets exist for 'milegpo' only, not {method!r}")
+        return MileGPOConfig.preset(preset, **overrides)
+    return config_cls.from_dict(overrides)
+
+
+def compute_credit(method: str, batch: StepBatch, config: CreditConfig | Mapping[str, Any] | None = None) -> CreditResult:
+    """Step advantages of ``batch`` (one per row, in row order) under ``method``.
+
+    :param method: one of :data:`CREDIT_METHODS`.
+    :param batch: the steps of grouped rollouts.
+    :param config: the method's config object, a dict of overrides of its defaults
+        (see :func:`make_credit_config`), or None for the defaults.
+    """
+    fn, config_cls = _lookup(method)
+    if config is None or isinstance(config, Mapping):
+        config = make_credit_config(method, **dict(config or {}))
+    elif not isinstance(config, config_cls):
+        raise TypeError(f"credit method {method!r} takes a {config_cls.__name__}, got {type(config).__name__}")
+    if batch.num_steps == 0:
+        return CreditResult(advantages=np.zeros(0), diagnostics={"method": method, "num_steps": 0})
+    return fn(batch, config)
+
+
+def credit_of_trajectory(batch: StepBatch, traj_id: int, methods: Iterable[str] = CREDIT_METHODS,
+                         configs: Mapping[str, CreditConfig | Mapping[str, Any]] | None = None
+                         ) -> dict[str, np.ndarray]:
+    """Per-step credit of trajectory ``traj_id`` under each method, in step order (for plots).
+
+    :param configs: optional config (or overrides) per method name.
+    """
+    rows = np.flatnonzero(batch.traj_ids == traj_id)
+    if len(rows) == 0:
+        raise ValueError(f"trajectory {traj_id} has no steps in the batch")
+    rows = rows[np.argsort(batch.step_idx[rows], kind="stable")]
+    configs = configs or {}
+    return {m: compute_credit(m, batch, configs.get(m)).advantages[rows] for m in methods}

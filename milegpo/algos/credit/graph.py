@@ -1,0 +1,261 @@
+r"""The task-local state graphs shared by GraphGPO and MileGPO (DESIGN.md §2).
+
+For every task ``q`` of a :class:`~milegpo.algos.credit.batch.StepBatch`, the graph
+:math:`G_q = (V_q, E_q)` has
+
+* **nodes** - the state keys seen in the task's trajectories, plus one goal node
+  :math:`g` when the task has a success. Nodes of different tasks are distinct even
+  when their keys are equal, so tasks never share evidence.
+* **edges** - the distinct observed transitions :math:`u \to v` (``state_key`` to
+  ``next_state_key``); an edge remembers which trajectories traversed it. The *last*
+  transition of a successful trajectory points to :math:`g` instead of its final
+  state. **(ours)** Edges are keyed by the pair of states, not by the action text:
+  two actions that lead to the same state are the same edge, because the credit of
+  GraphGPO / MileGPO depends on the transition only.
+* **visits** - trajectory :math:`i` visits :math:`v` if :math:`v` is one of
+  :math:`s_0, \dots, s_T` (the ``state_key`` of its steps and the target of its last
+  step). :math:`T(v)`, :math:`T^+(v)` are the trajectories / successful trajectories
+  visiting :math:`v`; ``n_revisit(v)`` counts every visit beyond a trajectory's
+  first.
+
+Distances
+
+.. math::
+    d(v, g) = \text{BFS length from } v \text{ to } g \text{ (unit weights, reversed graph)},
+    \qquad d(v, g) = \max_{u \in V_q,\ d(u,g) < \infty} d(u, g) + 1 \text{ if } v \text{ cannot reach } g.
+
+**(ours)** A task without success has no :math:`g`; its nodes all get
+:math:`d = 0 + 1 = 1` (any constant: it is normalised away within the task).
+
+Potentials of MileGPO (:meth:`TaskGraph.max_potential`) are computed by the
+max-product relaxation :math:`\Phi(u) \leftarrow \max(\Phi(u), \omega \max_{u \to w} \Phi(w))`
+started from :math:`\Phi = \text{value}` on the candidate nodes. For
+:math:`0 \le \omega \le 1` its fixed point is exactly
+:math:`\Phi(s) = \max_v \text{value}(v)\, \omega^{d(s, v)}` (the best walk is a
+shortest path), and it costs one pass over the edges per unit of distance instead of
+one BFS per candidate.
+
+Everything is vectorised over all tasks at once: the union of the task graphs is one
+graph whose components never connect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from milegpo.algos.credit.batch import StepBatch
+
+GOAL_KEY = "<goal>"
+"""The state key shown for goal nodes in diagnostics."""
+
+
+def trajectory_order(batch: StepBatch) -> np.ndarray:
+    """Row indices sorted by (trajectory, step); raises on a repeated (trajectory, step)."""
+    order = np.lexsort((batch.step_idx, batch.traj_ids))
+    t, s = batch.traj_ids[order], batch.step_idx[order]
+    if len(order) > 1 and np.any((t[1:] == t[:-1]) & (s[1:] == s[:-1])):
+        i = int(np.flatnonzero((t[1:] == t[:-1]) & (s[1:] == s[:-1]))[0])
+        raise ValueError(f"StepBatch has two rows for trajectory {int(t[i])} step {int(s[i])}")
+    return order
+
+
+def _index_strings(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Map strings to dense integer ids (one id space over all arrays)."""
+    ids: dict[object, int] = {}
+    return tuple(np.fromiter((ids.setdefault(k, len(ids)) for k in a), dtype=np.int64, count=len(a))
+                 for a in arrays)
+
+
+def segment_starts(sorted_ids: np.ndarray) -> np.ndarray:
+    """Start index of every run of equal values in a sorted array."""
+    if len(sorted_ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+
+
+@dataclass
+class TaskGraph:
+    """The task-local graphs of one batch, as flat arrays (nodes sorted by task).
+
+    Build it with :func:`build_task_graph`. Tasks are renumbered ``0..Q-1`` in
+    increasing order of ``batch.task_ids`` (``task_values`` maps back).
+    """
+
+    num_tasks: int
+    task_values: np.ndarray  # (Q,) original task id
+    row_task: np.ndarray  # (N,) dense task of each row
+    row_src: np.ndarray  # (N,) node of s_t
+    row_dst: np.ndarray  # (N,) node of s_{t+1} (g for the last step of a success)
+    row_edge: np.ndarray  # (N,) edge of the row's transition
+    node_task: np.ndarray  # (V,) dense task, non-decreasing
+    node_key: np.ndarray  # (V,) object, state key (GOAL_KEY for g)
+    is_goal: np.ndarray  # (V,) bool
+    is_start: np.ndarray  # (V,) bool - s_0 of some trajectory
+    edge_src: np.ndarray  # (E,) sorted by (src, dst)
+    edge_dst: np.ndarray  # (E,)
+    traj_task: np.ndarray  # (T,) dense task of each trajectory, -1 if it has no rows
+    traj_success: np.ndarray  # (T,) bool
+    task_n_traj: np.ndarray  # (Q,) K_q
+    task_n_succ: np.ndarray  # (Q,) |T_q^+|
+    node_n_traj: np.ndarray  # (V,) |T(v)|
+    node_n_succ: np.ndarray  # (V,) |T^+(v)|
+    node_n_revisit: np.ndarray  # (V,) visits beyond the first, summed over trajectories
+    edge_n_traj: np.ndarray  # (E,) |T(e)|
+    edge_n_succ: np.ndarray  # (E,) |T^+(e)|
+    dist_to_goal: np.ndarray  # (V,) float d(v, g), unreachable = task max finite + 1
+    reaches_goal: np.ndarray  # (V,) bool d(v, g) < inf before the replacement
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_task)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edge_src)
+
+    @property
+    def task_p_plus(self) -> np.ndarray:
+        """(Q,) :math:`p_q^+ = |T_q^+| / K_q`."""
+        return self.task_n_succ / np.maximum(self.task_n_traj, 1)
+
+    @property
+    def node_p_plus(self) -> np.ndarray:
+        """(V,) :math:`p^+(v) = |T^+(v)| / |T(v)|` (0 for a node nobody visits)."""
+        return self.node_n_succ / np.maximum(self.node_n_traj, 1)
+
+    @property
+    def edge_p_plus(self) -> np.ndarray:
+        """(E,) :math:`p^+(e) = |T^+(e)| / |T(e)|`."""
+        return self.edge_n_succ / np.maximum(self.edge_n_traj, 1)
+
+    @property
+    def edge_task(self) -> np.ndarray:
+        return self.node_task[self.edge_src]
+
+    def task_max(self, node_values: np.ndarray, initial: float = 0.0) -> np.ndarray:
+        """(Q,) per-task maximum of a per-node array (``initial`` for an empty max)."""
+        out = np.full(self.num_tasks, initial, dtype=np.float64)
+        np.maximum.at(out, self.node_task, node_values)
+        return out
+
+    def max_potential(self, node_values: np.ndarray, omega: float) -> np.ndarray:
+        r"""(V,) :math:`\Phi(s) = \max_v \text{value}(v)\,\omega^{d(s,v)}`, values >= 0, :math:`0 \le \omega \le 1`.
+
+        ``d(s, v)`` is the forward graph distance (s reaches v); unreachable pairs
+        contribute 0.
+        """
+        phi = np.asarray(node_values, dtype=np.float64).copy()
+        if self.num_edges == 0 or not np.any(phi > 0) or omega == 0.0:
+            return phi
+        starts = segment_starts(self.edge_src)
+        srcs = self.edge_src[starts]
+        for _ in range(self.num_nodes):
+            best = omega * np.maximum.reduceat(phi[self.edge_dst], starts)
+            improved = best > phi[srcs]
+            if not np.any(improved):
+                break
+            phi[srcs[improved]] = best[improved]
+        return phi
+
+
+def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> TaskGraph:
+    """Build the task-local graphs of ``batch``.
+
+    :param batch: the steps.
+    :param success: (T,) bool success per trajectory (default ``batch.success``);
+        decides which trajectories point to the goal node.
+    """
+    success = batch.success if success is None else np.asarray(success, dtype=bool)
+    if len(success) != batch.num_trajectories:
+        raise ValueError(f"success has {len(success)} entries, the batch has {batch.num_trajectories} trajectories")
+    n_traj = batch.num_trajectories
+    task_values, row_task = np.unique(batch.task_ids, return_inverse=True)
+    row_task = row_task.astype(np.int64)
+    num_tasks = len(task_values)
+
+    # Trajectories: their task, first and last rows.
+    order = trajectory_order(batch)
+    starts = segment_starts(batch.traj_ids[order])
+    first_rows = order[starts]
+    last_rows = order[np.r_[starts[1:] - 1, len(order) - 1]] if len(order) else order
+    traj_task = np.full(n_traj, -1, dtype=np.int64)
+    traj_task[batch.traj_ids] = row_task
+    if np.any(traj_task[batch.traj_ids] != row_task):
+        bad = int(batch.traj_ids[np.flatnonzero(traj_task[batch.traj_ids] != row_task)[0]])
+        raise ValueError(f"trajectory {bad} has rows in more than one task")
+    traj_success = success & (traj_task >= 0)
+
+    # Nodes: (task, key) pairs; the goal gets its own key id per task.
+    src_key, dst_key = _index_strings(batch.state_keys, batch.next_state_keys)
+    n_keys = int(max(src_key.max(initial=-1), dst_key.max(initial=-1))) + 2
+    goal_id = n_keys - 1
+    dst_key = dst_key.copy()
+    to_goal = last_rows[success[batch.traj_ids[last_rows]]]
+    dst_key[to_goal] = goal_id
+    codes = np.concatenate([row_task * n_keys + src_key, row_task * n_keys + dst_key])
+    node_codes, inverse = np.unique(codes, return_inverse=True)
+    n = batch.num_steps
+    row_src, row_dst = inverse[:n].astype(np.int64), inverse[n:].astype(np.int64)
+    num_nodes = len(node_codes)
+    node_task = node_codes // n_keys
+    is_goal = node_codes % n_keys == goal_id
+    node_key = np.empty(num_nodes, dtype=object)
+    node_key[row_src] = batch.state_keys
+    node_key[row_dst] = batch.next_state_keys
+    node_key[is_goal] = GOAL_KEY
+    is_start = np.zeros(num_nodes, dtype=bool)
+    is_start[row_src[first_rows]] = True
+
+    # Edges: distinct (src, dst) pairs, sorted by src.
+    edge_codes, row_edge = np.unique(row_src * num_nodes + row_dst, return_inverse=True)
+    row_edge = row_edge.astype(np.int64)
+    edge_src, edge_dst = edge_codes // num_nodes, edge_codes % num_nodes
+
+    # Visits: s_0..s_T of every trajectory = the source of each row + the target of its last row.
+    visit_traj = np.concatenate([batch.traj_ids, batch.traj_ids[last_rows]])
+    visit_node = np.concatenate([row_src, row_dst[last_rows]])
+    pair_codes, pair_counts = np.unique(visit_traj * num_nodes + visit_node, return_counts=True)
+    pair_traj, pair_node = pair_codes // num_nodes, pair_codes % num_nodes
+    node_n_traj = np.bincount(pair_node, minlength=num_nodes)
+    node_n_succ = np.bincount(pair_node, weights=traj_success[pair_traj], minlength=num_nodes).astype(np.int64)
+    node_n_revisit = np.bincount(pair_node, weights=pair_counts - 1, minlength=num_nodes).astype(np.int64)
+    num_edges = len(edge_codes)
+    epair = np.unique(batch.traj_ids * num_edges + row_edge)
+    epair_traj, epair_edge = epair // max(num_edges, 1), epair % max(num_edges, 1)
+    edge_n_traj = np.bincount(epair_edge, minlength=num_edges)
+    edge_n_succ = np.bincount(epair_edge, weights=traj_success[epair_traj], minlength=num_edges).astype(np.int64)
+
+    task_n_traj = np.bincount(traj_task[traj_task >= 0], minlength=num_tasks)
+    task_n_succ = np.bincount(traj_task[traj_success], minlength=num_tasks)
+
+    dist, reaches = _distance_to_goal(edge_src, edge_dst, is_goal, node_task, num_tasks)
+    return TaskGraph(
+        num_tasks=num_tasks, task_values=task_values, row_task=row_task, row_src=row_src, row_dst=row_dst,
+        row_edge=row_edge, node_task=node_task, node_key=node_key, is_goal=is_goal, is_start=is_start,
+        edge_src=edge_src, edge_dst=edge_dst, traj_task=traj_task, traj_success=traj_success,
+        task_n_traj=task_n_traj, task_n_succ=task_n_succ, node_n_traj=node_n_traj, node_n_succ=node_n_succ,
+        node_n_revisit=node_n_revisit, edge_n_traj=edge_n_traj, edge_n_succ=edge_n_succ,
+        dist_to_goal=dist, reaches_goal=reaches,
+    )
+
+
+def _distance_to_goal(edge_src: np.ndarray, edge_dst: np.ndarray, is_goal: np.ndarray,
+                      node_task: np.ndarray, num_tasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """BFS distance of every node to its task's goal (min-plus relaxation over the edges)."""
+    dist = np.where(is_goal, 0.0, np.inf)
+    if len(edge_src) and is_goal.any():
+        starts = segment_starts(edge_src)
+        srcs = edge_src[starts]
+        for _ in range(len(dist)):
+            best = np.minimum.reduceat(dist[edge_dst], starts) + 1.0
+            improved = best < dist[srcs]
+            if not np.any(improved):
+                break
+            dist[srcs[improved]] = best[improved]
+    reaches = np.isfinite(dist)
+    task_max = np.zeros(num_tasks)
+    np.maximum.at(task_max, node_task[reaches], dist[reaches])
+    dist[~reaches] = task_max[node_task[~reaches]] + 1.0
+    return dist, reaches

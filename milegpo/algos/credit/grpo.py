@@ -1,0 +1,33 @@
+r"""GRPO: one outcome advantage per trajectory, on every step (DESIGN.md §2).
+
+.. math::
+    A_{i,t} = \text{Norm}_q(Z_i) =
+    \frac{Z_i - \operatorname{mean}_{j \in q} Z_j}{\operatorname{std}_{j \in q} Z_j + \varepsilon}
+
+``norm="mean_norm"`` drops the std division: :math:`A_i = Z_i - \bar Z_q`, which is
+the leave-one-out (RLOO) advantage up to the factor :math:`K/(K-1)`.
+The statistics are taken once per trajectory; a group of size 1 gets 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from milegpo.algos.credit.base import CreditConfig, common_diagnostics
+from milegpo.algos.credit.batch import CreditResult, StepBatch
+from milegpo.algos.credit.graph import TaskGraph, build_task_graph
+from milegpo.algos.credit.norm import episode_term
+
+
+@dataclass(frozen=True)
+class GRPOConfig(CreditConfig):
+    """GRPO hyperparameters: only the normalisation (see :class:`CreditConfig`)."""
+
+
+def grpo(batch: StepBatch, config: GRPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
+    """GRPO credit: the task-normalised outcome of each step's trajectory."""
+    config = config or GRPOConfig()
+    graph = graph or build_task_graph(batch)
+    episode = episode_term(graph, batch.outcomes, config.norm, config.epsilon)[batch.traj_ids]
+    diagnostics = {"method": "grpo", **common_diagnostics(graph, episode, episode)}
+    return CreditResult(advantages=episode.copy(), diagnostics=diagnostics, components={"episode": episode})

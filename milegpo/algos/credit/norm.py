@@ -1,0 +1,54 @@
+r"""Group normalisation shared by every credit function.
+
+For a group :math:`G` (a task's trajectories, or a task's steps taken from one state key):
+
+.. math::
+    \text{Norm}_G(x)_j = \frac{x_j - \bar x_G}{\sigma_G + \varepsilon} \quad (\texttt{"mean\_std\_norm"}),
+    \qquad \text{Norm}_G(x)_j = x_j - \bar x_G \quad (\texttt{"mean\_norm"}),
+
+with :math:`\sigma_G` the unbiased (``ddof = 1``) standard deviation, as ``torch.std`` in
+verl-agent's GRPO / GiGPO. A group of size 1 gets 0. Equal values give exactly 0 (the
+mean is taken relative to the group's first value, so no rounding residue is left
+to be blown up by :math:`1/\varepsilon`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from milegpo.algos.credit.graph import TaskGraph
+
+NORM_MODES = ("mean_std_norm", "mean_norm")
+
+
+def check_norm(norm: str) -> None:
+    if norm not in NORM_MODES:
+        raise ValueError(f"norm must be one of {NORM_MODES}, got {norm!r}")
+
+
+def group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: str, epsilon: float) -> np.ndarray:
+    """Normalise ``x`` within groups (``groups``: dense ids ``0..num_groups-1``)."""
+    x = np.asarray(x, dtype=np.float64)
+    counts = np.bincount(groups, minlength=num_groups)
+    ref = np.zeros(num_groups)
+    ref[groups[::-1]] = x[::-1]  # the first value of each group
+    y = x - ref[groups]
+    dev = y - (np.bincount(groups, weights=y, minlength=num_groups) / np.maximum(counts, 1))[groups]
+    if norm == "mean_std_norm":
+        var = np.bincount(groups, weights=dev * dev, minlength=num_groups) / np.maximum(counts - 1, 1)
+        dev = dev / (np.sqrt(var)[groups] + epsilon)
+    dev[counts[groups] < 2] = 0.0
+    return dev
+
+
+def episode_term(graph: TaskGraph, outcomes: np.ndarray, norm: str, epsilon: float) -> np.ndarray:
+    r"""(N,) :math:`\text{Norm}_q(Z_i)` of each row's trajectory, normalised once per trajectory.
+
+    GiGPO quirk decided **(ours)**: the episode statistics are taken over the task's
+    *trajectories* (each counted once), not over step rows, so long trajectories do
+    not weigh more.
+    """
+    present = graph.traj_task >= 0
+    z = np.zeros(len(outcomes))
+    z[present] = group_normalize(outcomes[present], graph.traj_task[present], graph.num_tasks, norm, epsilon)
+    return z
