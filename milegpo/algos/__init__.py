@@ -1,0 +1,36 @@
+"""Group RL algorithms for text agents: MileGPO and the GraphGPO, GiGPO, GRPO baselines.
+
+All four share :class:`~milegpo.algos.base.GroupRLAlgorithm` (an SB3
+``OnPolicyAlgorithm``) and differ only by their credit function
+(:mod:`milegpo.algos.credit`). Names are imported lazily, so that
+``import milegpo.algos.credit`` (pure numpy) does not pull in torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "ALGORITHMS": "milegpo.algos.algorithms",
+    "MileGPO": "milegpo.algos.algorithms",
+    "GraphGPO": "milegpo.algos.algorithms",
+    "GiGPO": "milegpo.algos.algorithms",
+    "GRPO": "milegpo.algos.algorithms",
+    "GroupRLAlgorithm": "milegpo.algos.base",
+    "TextRolloutBuffer": "milegpo.algos.buffer",
+    "CheckpointCallback": "milegpo.algos.callbacks",
+    "EvalCallback": "milegpo.algos.callbacks",
+    "CheckpointError": "milegpo.algos.checkpoint",
+    "latest_checkpoint": "milegpo.algos.checkpoint",
+    "evaluate": "milegpo.algos.evaluation",
+    "evaluate_policy": "milegpo.algos.evaluation",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'milegpo.algos' has no attribute {name!r}")

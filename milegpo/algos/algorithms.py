@@ -1,0 +1,59 @@
+"""MileGPO and the baselines it is compared with: one trainer, four credit functions.
+
+Every class is :class:`~milegpo.algos.base.GroupRLAlgorithm` with another
+``credit_method`` (and its presets); the rollouts, the buffer, the update and the
+logging are identical, so differences in results come from the credit alone::
+
+    from milegpo import MileGPO, make_vec_env
+
+    env = make_vec_env("milegpo/House-v0", n_tasks=4, group_size=8)
+    model = MileGPO("LLMPolicy", env, learning_rate=1e-3,
+                    policy_kwargs={"model": path, "mode": "choose"}, credit_preset="alfworld")
+    model.learn(total_timesteps=20_000, progress_bar=True)
+
+``credit_kwargs`` overrides single fields of the credit config (e.g.
+``{"eta": 0.0}`` makes MileGPO equal GraphGPO; ``{"norm": "mean_norm"}``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from milegpo.algos.base import GroupRLAlgorithm
+
+
+class GRPO(GroupRLAlgorithm):
+    """GRPO: every step of trajectory ``i`` gets ``(Z_i - mean_q Z) / (std_q Z + eps)``."""
+
+    credit_method: ClassVar[str] = "grpo"
+
+
+class GiGPO(GroupRLAlgorithm):
+    """GiGPO (arXiv 2505.10978): episode term plus a step term normalised among steps
+    taken from the same anchor state (discounted return, gamma 0.95)."""
+
+    credit_method: ClassVar[str] = "gigpo"
+
+
+class GraphGPO(GroupRLAlgorithm):
+    """GraphGPO: step return ``c * gamma_G ** d(s_{t+1}, goal)`` on the task graph,
+    normalised within same-state step groups, plus the episode term."""
+
+    credit_method: ClassVar[str] = "graphgpo"
+
+
+class MileGPO(GroupRLAlgorithm):
+    """MileGPO: GraphGPO plus milestone discovery, reliability-calibrated shaping and
+    progress-contrastive calibration (DESIGN.md section 2).
+
+    Presets (the paper's per-env values): ``"alfworld"`` (theta_m 1.1, rho 0, eta 0.2,
+    kappa_bc 0; also the config defaults) and ``"webshop"`` (theta_m 0.5, rho 0.5,
+    eta 1.0, kappa_bc 1).
+    """
+
+    credit_method: ClassVar[str] = "milegpo"
+    credit_config_has_presets: ClassVar[bool] = True
+
+
+#: Algorithm classes by name (for the CLI and scripts).
+ALGORITHMS: dict[str, type[GroupRLAlgorithm]] = {"milegpo": MileGPO, "graphgpo": GraphGPO, "gigpo": GiGPO, "grpo": GRPO}

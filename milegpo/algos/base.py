@@ -1,0 +1,658 @@
+"""The shared group-RL algorithm: grouped rollouts, credit assignment, clipped LoRA update.
+
+:class:`GroupRLAlgorithm` is a stable-baselines3 ``OnPolicyAlgorithm``: it keeps SB3's
+``learn`` loop, logger (stdout / csv / tensorboard), callbacks and progress bar, and
+overrides what text and groups need:
+
+* ``collect_rollouts``: one *rollout* runs every group's episodes to the end (all
+  ``group_size`` copies of each task, until done or the env's horizon), from a fresh
+  group reset of the :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`;
+* the :class:`~milegpo.algos.buffer.TextRolloutBuffer` then turns the finished
+  groups into a :class:`~milegpo.algos.credit.StepBatch` and the subclass's credit
+  method (GRPO, GiGPO, GraphGPO, MileGPO) gives every step its advantage;
+* ``train``: a PPO-clip loss on every unit of each step's action (a generated token
+  in ``generate`` mode, the one choice among candidates in ``choose`` mode) with the
+  step's advantage, optional k3 KL to the reference (the base model with the adapter
+  disabled) and entropy bonus, AdamW on the LoRA parameters only.
+
+Counting and logging conventions:
+
+* **timesteps are env steps of active envs**: a finished env of a group that is
+  still running does not count (``num_timesteps`` grows by the number of envs that
+  took an action). ``learn(total_timesteps)`` stops after the rollout that crosses
+  ``total_timesteps``;
+* SB3 dumps its logs *before* ``train()``. Here ``dump_logs`` only records the
+  rollout values and the dump happens at the end of ``train()``, so every row of the
+  stdout / csv / tensorboard logs holds the rollout, credit and update numbers of
+  the *same* iteration;
+* rollout/* statistics are those of the iteration's own episodes (not SB3's moving
+  window of the last 100 episodes).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback, ProgressBarCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.vec_env import VecEnv
+
+import milegpo
+from milegpo.algos import checkpoint as ckpt
+from milegpo.algos.buffer import TextRolloutBuffer, split_by_tokens, step_tokens
+from milegpo.algos.credit import make_credit_config
+from milegpo.envs.core import TextSpace
+from milegpo.envs.vec_env import GroupedTextVecEnv
+from milegpo.policies import LLMPolicy
+
+logger = logging.getLogger(__name__)
+
+SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
+
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
+
+#: Constructor arguments saved in a checkpoint's config (all plain values).
+HYPERPARAMETERS = (
+    "learning_rate",
+    "n_epochs",
+    "batch_size",
+    "mini_batch_tokens",
+    "micro_batch_tokens",
+    "clip_range",
+    "loss_agg",
+    "kl_coef",
+    "ent_coef",
+    "max_grad_norm",
+    "weight_decay",
+    "credit_kwargs",
+    "credit_preset",
+    "stats_window_size",
+    "seed",
+)
+#: Where a hyperparameter lives on the algorithm when SB3 keeps it under another name.
+_ATTRIBUTE = {"stats_window_size": "_stats_window_size"}
+
+
+class TextProgressBarCallback(ProgressBarCallback):
+    """SB3's progress bar, advanced by env steps of active envs (SB3 adds ``num_envs`` per call)."""
+
+    def _on_step(self) -> bool:
+        self.pbar.update(self.model.num_timesteps - self._start - self.pbar.n)
+        return True
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        self._start = self.model.num_timesteps
+
+
+class GroupRLAlgorithm(OnPolicyAlgorithm):
+    """Critic-free group RL for text agents (the base of MileGPO, GraphGPO, GiGPO, GRPO).
+
+    :param policy: ``"LLMPolicy"`` or a policy class with the LLMPolicy interface.
+    :param env: a :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`, made with
+        ``milegpo.make_vec_env(env_id, n_tasks, group_size)``.
+    :param learning_rate: AdamW learning rate (or SB3 schedule of the remaining progress).
+        Default 1e-6 as in the paper (a 1.5B model); tiny CPU models need ~1e-3.
+    :param n_epochs: passes over each rollout's steps.
+    :param batch_size: steps per minibatch (one optimizer step); exclusive with
+        ``mini_batch_tokens``. With neither, the whole rollout is one minibatch.
+    :param mini_batch_tokens: tokens per minibatch instead of a step count.
+    :param micro_batch_tokens: token budget of one forward/backward pass; a minibatch
+        is split into micro-batches and their gradients accumulated (memory knob only,
+        the update is the same).
+    :param clip_range: PPO ratio clip (0.2).
+    :param loss_agg: ``"token-mean"`` (every unit of the minibatch weighs the same) or
+        ``"seq-mean-token-mean"`` (mean over each step's units, then over steps).
+    :param kl_coef: weight of the k3 KL estimator to the reference policy
+        (0.01 in the paper; 0 skips the reference forward pass).
+    :param ent_coef: entropy bonus weight.
+    :param max_grad_norm: gradient-norm clip.
+    :param weight_decay: AdamW weight decay.
+    :param credit_kwargs: overrides of the credit method's config fields
+        (see ``milegpo.algos.credit.make_credit_config``).
+    :param credit_preset: the per-env preset of the credit config, ``"alfworld"`` or
+        ``"webshop"`` (MileGPO's theta_m, rho, eta, kappa_bc; a no-op for the
+        baselines), applied before ``credit_kwargs``.
+    :param stats_window_size: SB3's episode info window (kept for SB3 tools).
+    :param tensorboard_log: tensorboard log folder (None: no tensorboard).
+    :param policy_kwargs: LLMPolicy arguments, plain values only (``model`` path or
+        name, ``mode``, ``lora`` dict, ...).
+    :param verbose: 0 silent, 1 progress logs on stdout.
+    :param seed: seeds python/numpy/torch, the task draws and the minibatch shuffling.
+    :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` ... (given to the policy).
+    """
+
+    policy_aliases: ClassVar[dict[str, type]] = {"LLMPolicy": LLMPolicy}
+    #: The credit method of :func:`milegpo.algos.credit.compute_credit` (set by subclasses).
+    credit_method: ClassVar[str] = ""
+    #: Env presets accepted by ``credit_preset``.
+    credit_presets: ClassVar[tuple[str, ...]] = ("alfworld", "webshop")
+    #: Whether the credit config has per-env presets (MileGPO); the baselines use the
+    #: same config on every env, so a preset changes nothing for them.
+    credit_config_has_presets: ClassVar[bool] = False
+
+    policy: LLMPolicy
+    rollout_buffer: TextRolloutBuffer  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        policy: str | type[LLMPolicy],
+        env: GroupedTextVecEnv | None,
+        learning_rate: float | Schedule = 1e-6,
+        n_epochs: int = 1,
+        batch_size: int | None = None,
+        mini_batch_tokens: int | None = None,
+        micro_batch_tokens: int = 8192,
+        clip_range: float = 0.2,
+        loss_agg: str = "token-mean",
+        kl_coef: float = 0.0,
+        ent_coef: float = 0.001,
+        max_grad_norm: float = 1.0,
+        weight_decay: float = 0.0,
+        credit_kwargs: dict[str, Any] | None = None,
+        credit_preset: str | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        _init_setup_model: bool = True,
+    ):
+        if not self.credit_method:
+            raise TypeError(f"{type(self).__name__} has no credit_method: use MileGPO, GraphGPO, GiGPO or GRPO")
+        if env is not None and not isinstance(env, GroupedTextVecEnv):
+            raise TypeError(
+                f"{type(self).__name__} needs a GroupedTextVecEnv (G copies of each task), got {type(env).__name__}. "
+                "Make one with milegpo.make_vec_env(env_id, n_tasks=16, group_size=8), e.g. "
+                "milegpo.make_vec_env('milegpo/House-v0', n_tasks=4, group_size=8)."
+            )
+        if loss_agg not in LOSS_AGGREGATIONS:
+            raise ValueError(f"loss_agg must be one of {LOSS_AGGREGATIONS}, got {loss_agg!r}")
+        if batch_size is not None and mini_batch_tokens is not None:
+            raise ValueError("give batch_size (steps) or mini_batch_tokens (tokens) per minibatch, not both")
+        if credit_preset is not None and credit_preset not in self.credit_presets:
+            raise ValueError(f"unknown credit_preset {credit_preset!r}; known: {list(self.credit_presets)}")
+        for name, value in (("n_epochs", n_epochs), ("micro_batch_tokens", micro_batch_tokens)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        ckpt.check_plain(policy_kwargs, "policy_kwargs")
+        ckpt.check_plain(credit_kwargs, "credit_kwargs")
+
+        super().__init__(
+            policy,
+            env,  # type: ignore[arg-type]
+            learning_rate=learning_rate,
+            n_steps=0,  # a rollout runs every group's episodes to the end
+            gamma=1.0,  # discounting, where a credit method uses it, is in its config
+            gae_lambda=1.0,
+            ent_coef=ent_coef,
+            vf_coef=0.0,  # critic-free
+            max_grad_norm=max_grad_norm,
+            use_sde=False,
+            sde_sample_freq=-1,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            monitor_wrapper=False,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+            supported_action_spaces=(spaces.Text,),
+        )
+        self.n_epochs = int(n_epochs)
+        self.batch_size = batch_size
+        self.mini_batch_tokens = mini_batch_tokens
+        self.micro_batch_tokens = int(micro_batch_tokens)
+        self.clip_range = float(clip_range)
+        self.loss_agg = loss_agg
+        self.kl_coef = float(kl_coef)
+        self.weight_decay = float(weight_decay)
+        self.credit_kwargs = dict(credit_kwargs or {})
+        self.credit_preset = credit_preset
+        # seed of the per-iteration task draws; kept in checkpoints so a resumed run sees the same tasks
+        self.task_seed_base = int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+        self._iterations = 0
+        self._skipped_steps = 0
+        self._dump_pending = False
+        self._rollout_log: dict[str, float] = {}
+        if _init_setup_model:
+            self._setup_model()
+
+    # ------------------------------------------------------------- setup
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        self._rng = np.random.default_rng(np.random.SeedSequence([self.task_seed_base, 1]))
+        if self.env is None:  # loaded for prediction only
+            self.observation_space, self.action_space = TextSpace(), TextSpace()
+        else:
+            self.rollout_buffer = TextRolloutBuffer(self.env.num_envs, self.env.group_ids)
+        self.credit_config = make_credit_config(self.credit_method, **self._credit_overrides())
+        kwargs = dict(self.policy_kwargs)
+        kwargs.setdefault("device", str(self.device))
+        self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **kwargs)
+        self.device = self.policy.device
+        params = list(self.policy.trainable_parameters())
+        if not params:
+            raise ValueError("the policy has no trainable (LoRA) parameters: check policy_kwargs['lora']")
+        self.optimizer = th.optim.AdamW(params, lr=self.lr_schedule(1.0), weight_decay=self.weight_decay)
+        self.policy.optimizer = self.optimizer  # SB3 convention: the optimizer lives on the policy
+
+    def _credit_overrides(self) -> dict[str, Any]:
+        overrides = dict(self.credit_kwargs)
+        if self.credit_preset is not None and self.credit_config_has_presets:
+            overrides["preset"] = self.credit_preset
+        return overrides
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        # every rollout starts from a fresh group reset with this iteration's task seeds
+        self._last_obs = None
+        if self.env is not None:
+            self._seed_tasks(self.env)
+        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        if isinstance(callback, list):
+            callback = CallbackList(callback)
+        if not isinstance(callback, BaseCallback):
+            callback = ConvertCallback(callback)
+        if progress_bar:
+            callback = CallbackList([callback, TextProgressBarCallback()])
+        callback.init_callback(self)
+        return callback
+
+    def _seed_tasks(self, env: VecEnv) -> None:
+        """Seed the vec env's task draw for the current iteration (reproducible, resumable)."""
+        seed = np.random.SeedSequence([self.task_seed_base, 0, self._iterations]).generate_state(1)[0]
+        env.seed(int(seed))
+
+    def learn(
+        self: SelfGroupRL,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfGroupRL:
+        """SB3's ``learn``: train for ``total_timesteps`` env steps (of active envs).
+
+        To resume a run from a checkpoint towards the same total, load it and call
+        ``learn(total - model.num_timesteps, reset_num_timesteps=False)``.
+        """
+        if self.env is None:
+            raise ValueError("this model has no env: load it with load(path, env=...) or call set_env(env)")
+        return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
+                             reset_num_timesteps, progress_bar)
+
+    # ---------------------------------------------------------- rollouts
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: TextRolloutBuffer,  # type: ignore[override]
+        n_rollout_steps: int,
+    ) -> bool:
+        """Run all groups' episodes to the end, then compute the credit of every step.
+
+        ``n_rollout_steps`` is unused: a rollout ends when every env of the vec env is done.
+        """
+        assert isinstance(env, GroupedTextVecEnv)
+        self.policy.set_training_mode(False)
+        try:
+            if self._last_obs is None:
+                self._seed_tasks(env)
+                self._last_obs = env.reset()
+            obs = self._last_obs
+            infos = [dict(info) for info in env.reset_infos]
+            rollout_buffer.reset(env.task_seeds)
+            for i, info in enumerate(infos):
+                if info.get("env_error") is not None:
+                    rollout_buffer.add_reset_error(i, str(info["env_error"]))
+            histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
+            callback.on_rollout_start()
+            start, policy_time, tokens = time.perf_counter(), 0.0, 0
+            while env.active.any():
+                active = np.flatnonzero(env.active)
+                t0 = time.perf_counter()
+                with th.no_grad():
+                    samples = self.policy.act([obs[i] for i in active], [infos[i] for i in active],
+                                              [histories[i] for i in active], deterministic=False)
+                policy_time += time.perf_counter() - t0
+                actions = np.full(env.num_envs, "", dtype=object)
+                for k, i in enumerate(active):
+                    actions[i] = samples[k].text
+                new_obs, rewards, dones, new_infos = env.step(actions)
+                self.num_timesteps += len(active)
+                for k, i in enumerate(active):
+                    rollout_buffer.add(int(i), samples[k], infos[i].get("state_key", ""), rewards[i], bool(dones[i]),
+                                       new_infos[i])
+                    histories[i].append((str(obs[i]), samples[k].text))
+                    tokens += step_tokens(samples[k])
+                    if dones[i]:
+                        self._record_episode(rollout_buffer, int(i))
+                obs, infos = new_obs, new_infos
+                callback.update_locals(locals())
+                if not callback.on_step():
+                    return False
+            rollout_time = time.perf_counter() - start
+            t0 = time.perf_counter()
+            credit = None
+            if rollout_buffer.num_steps:
+                credit = rollout_buffer.compute_credit(self.credit_method, self.credit_config)
+            else:
+                logger.warning("the rollout has no steps (every env failed at reset): the update is skipped")
+            credit_time = time.perf_counter() - t0
+        finally:
+            self._last_obs = None
+        stats = rollout_buffer.stats()
+        self._rollout_log = {
+            **{f"rollout/{k}": v for k, v in stats.items() if k not in ("episodes", "steps")},
+            "rollout/episodes": stats["episodes"],
+            "time/rollout_s": rollout_time,
+            "time/credit_s": credit_time,
+            "time/env_steps_per_s": stats["steps"] / max(rollout_time, 1e-9),
+            "time/rollout_tokens_per_s": tokens / max(policy_time, 1e-9),
+        }
+        if credit is not None:
+            for key, value in credit.diagnostics.items():
+                if isinstance(value, (bool, int, float, np.integer, np.floating)):
+                    self._rollout_log[f"credit/{key}"] = float(value)
+            self._write_diagnostics(credit.diagnostics, stats)
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    def _record_episode(self, buffer: TextRolloutBuffer, env_index: int) -> None:
+        traj = buffer.trajectories[env_index]
+        assert self.ep_info_buffer is not None and self.ep_success_buffer is not None
+        self.ep_info_buffer.append({"r": traj.outcome, "l": len(traj.steps), "t": time.time() - self.start_time / 1e9})
+        self.ep_success_buffer.append(float(traj.won))
+        self._episode_num += 1
+
+    def _write_diagnostics(self, diagnostics: dict[str, Any], stats: dict[str, Any]) -> None:
+        """Append the iteration's full credit diagnostics to ``credit_diagnostics.jsonl`` in the log folder."""
+        folder = self.logger.get_dir() if self.logger is not None else None
+        if not folder:
+            return
+        row = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps, "method": self.credit_method,
+               "success_rate": stats["success_rate"], "diagnostics": diagnostics}
+        with open(os.path.join(folder, "credit_diagnostics.jsonl"), "a") as f:
+            f.write(json.dumps(row, default=ckpt.to_builtin) + "\n")
+
+    def dump_logs(self, iteration: int = 0) -> None:
+        """Record the rollout values; the dump itself happens at the end of ``train()``
+        so that one log row holds one iteration's rollout and update numbers."""
+        time_elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        self.logger.record("time/iterations", self._iterations + 1, exclude="tensorboard")
+        self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / time_elapsed))
+        self.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        for key, value in self._rollout_log.items():
+            self.logger.record(key, value)
+        self._dump_pending = True
+
+    # ------------------------------------------------------------ update
+    def train(self) -> None:
+        """PPO-clip update of the LoRA parameters on the rollout's steps and advantages."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.optimizer)
+        buffer = self.rollout_buffer
+        sums: dict[str, float] = {}
+        skipped, steps, tokens_done = 0, 0, 0
+        start = time.perf_counter()
+        if buffer.advantages is not None and len(buffer.advantages):
+            samples, advantages, row_tokens = buffer.samples, buffer.advantages, buffer.row_tokens()
+            for _ in range(self.n_epochs):
+                for rows in buffer.get(self._rng, self.batch_size, self.mini_batch_tokens):
+                    ok, info = self._optimizer_step(rows, samples, advantages, row_tokens)
+                    steps += 1
+                    skipped += not ok
+                    tokens_done += int(row_tokens[rows].sum())
+                    for key, value in info.items():
+                        sums[key] = sums.get(key, 0.0) + value
+        update_time = time.perf_counter() - start
+        self._n_updates += steps - skipped
+        self._skipped_steps += skipped
+        self._iterations += 1
+        done = max(steps - skipped, 1)
+        for key in ("loss", "pg_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm"):
+            if key in sums:
+                self.logger.record(f"train/{key}", sums[key] / (done if key != "grad_norm" else max(steps, 1)))
+        self.logger.record("train/skipped_steps", skipped)
+        self.logger.record("train/skipped_steps_total", self._skipped_steps)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("time/update_s", update_time)
+        self.logger.record("time/update_tokens_per_s", tokens_done / max(update_time, 1e-9))
+        if self._dump_pending:
+            self.logger.dump(step=self.num_timesteps)
+            self._dump_pending = False
+
+    def _optimizer_step(
+        self, rows: np.ndarray, samples: list[Any], advantages: np.ndarray, row_tokens: np.ndarray
+    ) -> tuple[bool, dict[str, float]]:
+        """One optimizer step on minibatch ``rows`` (gradients accumulated over micro-batches).
+
+        Returns whether the step was applied and its statistics. A non-finite loss or
+        gradient norm skips the step (nothing is applied) with a warning.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        n_units = sum(len(samples[r].old_logprobs) for r in rows)
+        n_seqs = len(rows)
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
+        with_entropy = self.ent_coef != 0.0
+        for micro in split_by_tokens(rows, row_tokens, self.micro_batch_tokens):
+            batch = [samples[r] for r in micro]
+            logp, mask, entropy = self.policy.evaluate_actions(batch, with_entropy=with_entropy)
+            maskf = mask.to(logp.dtype)
+            old = _pad([np.asarray(s.old_logprobs, dtype=np.float32) for s in batch], logp.shape[1], logp.device)
+            adv = th.as_tensor(advantages[micro], dtype=logp.dtype, device=logp.device).unsqueeze(1)
+            log_ratio = logp - old.to(logp.dtype)
+            ratio = th.exp(log_ratio)
+            pg = th.maximum(-adv * ratio, -adv * th.clamp(ratio, 1.0 - self.clip_range, 1.0 + self.clip_range))
+            unit_loss = pg
+            kl = None
+            if self.kl_coef != 0.0:
+                with th.no_grad():
+                    ref_logp, _, _ = self.policy.evaluate_actions(batch, use_reference=True)
+                diff = ref_logp.to(logp.dtype) - logp
+                kl = th.exp(diff) - diff - 1.0  # k3: unbiased, non-negative estimator of KL(pi || ref)
+                unit_loss = unit_loss + self.kl_coef * kl
+            if with_entropy and entropy is not None:
+                unit_loss = unit_loss - self.ent_coef * entropy
+            loss = self._aggregate(unit_loss, maskf, n_units, n_seqs)
+            loss.backward()
+            with th.no_grad():
+                sums["loss"] += float(loss)
+                sums["pg_loss"] += float(self._aggregate(pg, maskf, n_units, n_seqs))
+                if kl is not None:
+                    sums["kl"] += float(self._aggregate(kl, maskf, n_units, n_seqs))
+                if entropy is not None:
+                    sums["entropy"] += float(self._aggregate(entropy, maskf, n_units, n_seqs))
+                clipped = ((ratio - 1.0).abs() > self.clip_range).to(logp.dtype)
+                sums["clip_fraction"] += float((clipped * maskf).sum()) / max(n_units, 1)
+                sums["approx_kl"] += float((((ratio - 1.0) - log_ratio) * maskf).sum()) / max(n_units, 1)
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = float(th.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+        if not (np.isfinite(sums["loss"]) and np.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            logger.warning(
+                "non-finite loss (%s) or gradient norm (%s) at update %d: optimizer step skipped "
+                "(%d skipped so far); check the advantages and the learning rate",
+                sums["loss"], grad_norm, self._n_updates, self._skipped_steps + 1,
+            )
+            return False, {"grad_norm": grad_norm if np.isfinite(grad_norm) else 0.0}
+        self.optimizer.step()
+        if kl is None:
+            sums.pop("kl")
+        if not with_entropy:
+            sums.pop("entropy")
+        return True, {**sums, "grad_norm": grad_norm}
+
+    def _aggregate(self, unit_values: th.Tensor, maskf: th.Tensor, n_units: int, n_seqs: int) -> th.Tensor:
+        """This micro-batch's share of the minibatch loss (so accumulation gives the minibatch mean)."""
+        if self.loss_agg == "token-mean":
+            return (unit_values * maskf).sum() / max(n_units, 1)
+        per_seq = (unit_values * maskf).sum(dim=1) / maskf.sum(dim=1).clamp(min=1.0)
+        return per_seq.sum() / max(n_seqs, 1)
+
+    # --------------------------------------------------------- evaluation
+    def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,
+                 deterministic: bool = True) -> dict[str, Any]:
+        """Greedy evaluation on ``env`` (see :func:`milegpo.algos.evaluation.evaluate`)."""
+        from milegpo.algos.evaluation import evaluate
+
+        return evaluate(self, env, n_episodes=n_episodes, task_seeds=task_seeds, deterministic=deterministic)
+
+    # -------------------------------------------------------- save / load
+    def _config(self) -> dict[str, Any]:
+        hyper = {name: getattr(self, _ATTRIBUTE.get(name, name)) for name in HYPERPARAMETERS}
+        if callable(hyper["learning_rate"]):  # a schedule is code, not JSON: store its current value
+            hyper["learning_rate"] = float(self.lr_schedule(self._current_progress_remaining))
+            logger.warning("the learning-rate schedule is saved as its current value %g", hyper["learning_rate"])
+        policy_class = next((name for name, cls in self.policy_aliases.items() if cls is self.policy_class),
+                            f"{self.policy_class.__module__}:{self.policy_class.__qualname__}")
+        return {
+            "format": ckpt.FORMAT,
+            "format_version": ckpt.FORMAT_VERSION,
+            "milegpo_version": milegpo.__version__,
+            "algorithm": type(self).__name__,
+            "credit_method": self.credit_method,
+            "hyperparameters": hyper,
+            "policy": {"class": policy_class, "kwargs": self.policy_kwargs},
+            "base_model": self._base_model_fingerprint(),
+            "counters": {
+                "num_timesteps": self.num_timesteps,
+                "n_updates": self._n_updates,
+                "iterations": self._iterations,
+                "skipped_steps": self._skipped_steps,
+                "episode_num": self._episode_num,
+                "total_timesteps": self._total_timesteps,
+                "current_progress_remaining": self._current_progress_remaining,
+            },
+            "seeds": {"seed": self.seed, "task_seed_base": self.task_seed_base},
+            "rng": {"minibatch": self._rng.bit_generator.state},
+        }
+
+    def _base_model_fingerprint(self) -> dict[str, Any]:
+        """What identifies the base model: its name/path and architecture sizes."""
+        config = self.policy.model.config
+        keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "n_embd", "n_layer")
+        return {"name_or_path": str(self.policy_kwargs.get("model", "")),
+                **{k: getattr(config, k) for k in keys if getattr(config, k, None) is not None}}
+
+    def save(self, path: str | os.PathLike, exclude: Any = None, include: Any = None) -> None:  # type: ignore[override]
+        """Save a checkpoint directory at ``path`` (LoRA adapter, optimizer state, JSON config and counters).
+
+        Written atomically (temporary directory + rename). ``exclude``/``include`` of
+        SB3's signature are not supported: the checkpoint content is fixed.
+        """
+        if exclude is not None or include is not None:
+            raise ValueError("milegpo checkpoints have a fixed content: exclude/include are not supported")
+        ckpt.write_checkpoint(path, self._config(), self.policy, self.optimizer)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfGroupRL],
+        path: str | os.PathLike,
+        env: GymEnv | None = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfGroupRL:
+        """Load a checkpoint saved by :meth:`save`; training resumes from its counters.
+
+        :param env: the vec env to continue training on (None: prediction only).
+        :param kwargs: hyperparameters to change (e.g. ``learning_rate``); ``policy_kwargs``
+            may be given only if equal to the saved ones.
+        Raises :class:`~milegpo.algos.checkpoint.CheckpointError` for a missing, corrupt or
+        mismatching checkpoint (other algorithm, other base model, adapter that does not fit).
+        """
+        path = Path(path)
+        config = ckpt.read_config(path)
+        if config["algorithm"] != cls.__name__:
+            raise ckpt.CheckpointError(
+                f"checkpoint {str(path)!r} was saved by {config['algorithm']}; load it with "
+                f"milegpo.{config['algorithm']}.load(...)"
+            )
+        saved_policy_kwargs = config["policy"].get("kwargs") or {}
+        if "policy_kwargs" in kwargs and kwargs.pop("policy_kwargs") != saved_policy_kwargs:
+            raise ValueError(f"policy_kwargs differ from the saved ones: {saved_policy_kwargs}")
+        policy_class: str | type = config["policy"]["class"]
+        if policy_class not in cls.policy_aliases:
+            module, _, name = str(policy_class).partition(":")
+            policy_class = getattr(importlib.import_module(module), name)
+        hyper = {**config["hyperparameters"], **kwargs}
+        model = cls(policy_class, env, device=device, _init_setup_model=False)  # type: ignore[arg-type]
+        for name, value in hyper.items():
+            if name not in HYPERPARAMETERS:
+                raise TypeError(f"{cls.__name__}.load() got an unexpected hyperparameter {name!r}")
+            setattr(model, _ATTRIBUTE.get(name, name), value)
+        model.policy_kwargs = dict(saved_policy_kwargs)
+        model.credit_kwargs = dict(model.credit_kwargs or {})
+        model.task_seed_base = int(config.get("seeds", {}).get("task_seed_base", model.task_seed_base))
+        model._setup_model()
+
+        fingerprint = model._base_model_fingerprint()
+        if fingerprint != config["base_model"]:
+            raise ckpt.CheckpointError(
+                f"checkpoint {str(path)!r} was trained on base model {config['base_model']}, "
+                f"but the policy loaded {fingerprint}"
+            )
+        try:
+            model.policy.load_adapter(str(path / ckpt.ADAPTER_DIR))
+        except Exception as exc:
+            raise ckpt.CheckpointError(
+                f"the LoRA adapter in {str(path / ckpt.ADAPTER_DIR)!r} does not fit the policy "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+        ckpt.load_optimizer_state(path, model.optimizer, model.device)
+
+        counters = config["counters"]
+        model.num_timesteps = int(counters["num_timesteps"])
+        model._n_updates = int(counters["n_updates"])
+        model._iterations = int(counters["iterations"])
+        model._skipped_steps = int(counters.get("skipped_steps", 0))
+        model._episode_num = int(counters.get("episode_num", 0))
+        model._total_timesteps = int(counters.get("total_timesteps", 0))
+        model._current_progress_remaining = float(counters.get("current_progress_remaining", 1.0))
+        state = config.get("rng", {}).get("minibatch")
+        if state is not None:
+            model._rng.bit_generator.state = state
+        model.ep_info_buffer = deque(maxlen=model._stats_window_size)
+        model.ep_success_buffer = deque(maxlen=model._stats_window_size)
+        return model
+
+
+def _pad(rows: list[np.ndarray], length: int, device: th.device) -> th.Tensor:
+    """Right-pad per-step unit arrays with zeros to ``[B, length]``."""
+    out = np.zeros((len(rows), length), dtype=np.float32)
+    for k, row in enumerate(rows):
+        if len(row) > length:
+            raise ValueError(f"a sample has {len(row)} old log-probs but the policy scored {length} units")
+        out[k, : len(row)] = row
+    return th.as_tensor(out, device=device)

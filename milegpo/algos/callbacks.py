@@ -1,0 +1,129 @@
+"""SB3 callbacks for group RL: periodic checkpoints (resumable runs) and held-out evaluation.
+
+Both act at the start of a rollout, i.e. right after the previous iteration's update
+(SB3 has no hook after ``train()``), so a checkpoint always holds weights and
+counters of the same, completed iteration, and at the end of training.
+
+Resuming a killed run::
+
+    from milegpo.algos import MileGPO, latest_checkpoint
+    last = latest_checkpoint("runs/house/checkpoints")
+    model = MileGPO.load(last, env) if last else MileGPO("LLMPolicy", env, ...)
+    model.learn(total - model.num_timesteps, reset_num_timesteps=last is None,
+                callback=CheckpointCallback(1, "runs/house/checkpoints"))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+from milegpo.algos.checkpoint import latest_checkpoint, to_builtin
+from milegpo.algos.evaluation import evaluate
+from milegpo.envs.vec_env import GroupedTextVecEnv
+
+
+class _IterationCallback(BaseCallback):
+    """Calls :meth:`_on_iteration` every ``freq`` completed iterations (and at the end)."""
+
+    def __init__(self, freq: int, verbose: int = 0):
+        super().__init__(verbose)
+        if freq < 1:
+            raise ValueError(f"the frequency (iterations) must be >= 1, got {freq}")
+        self.freq = int(freq)
+        self._last_done = -1
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _iterations(self) -> int:
+        return int(self.model._iterations)
+
+    def _on_rollout_start(self) -> None:
+        done = self._iterations()
+        if done > 0 and done % self.freq == 0 and done != self._last_done:
+            self._last_done = done
+            self._on_iteration()
+
+    def _on_training_end(self) -> None:
+        if self._iterations() != self._last_done:
+            self._last_done = self._iterations()
+            self._on_iteration()
+
+    def _on_iteration(self) -> None:
+        raise NotImplementedError
+
+
+class CheckpointCallback(_IterationCallback):
+    """Save the model every ``save_freq`` iterations to ``save_path/<prefix>_<steps>_steps``.
+
+    :param save_freq: iterations (rollout + update) between checkpoints.
+    :param save_path: folder of the checkpoints.
+    :param name_prefix: checkpoint name prefix.
+    :param keep_last: how many checkpoints to keep (older ones are deleted; None keeps all).
+    """
+
+    def __init__(self, save_freq: int, save_path: str | os.PathLike, name_prefix: str = "checkpoint",
+                 keep_last: int | None = 2, verbose: int = 0):
+        super().__init__(save_freq, verbose)
+        if keep_last is not None and keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
+        self.save_path = Path(save_path)
+        self.name_prefix = name_prefix
+        self.keep_last = keep_last
+
+    def _on_iteration(self) -> None:
+        path = self.save_path / f"{self.name_prefix}_{self.model.num_timesteps}_steps"
+        self.model.save(path)
+        if self.verbose >= 1:
+            print(f"Saving model checkpoint to {path}")
+        if self.keep_last is not None:
+            found = sorted(
+                (int(p.name[len(self.name_prefix) + 1 : -len("_steps")]), p)
+                for p in self.save_path.glob(f"{self.name_prefix}_*_steps")
+                if p.is_dir() and p.name[len(self.name_prefix) + 1 : -len("_steps")].isdigit()
+            )
+            for _, old in found[: -self.keep_last]:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+class EvalCallback(_IterationCallback):
+    """Evaluate on held-out tasks every ``eval_freq`` iterations; logs ``eval/*`` and
+    appends a row to ``eval.jsonl`` in the logger folder (the learning curve).
+
+    :param eval_env: a GroupedTextVecEnv on an eval split (group size 1 is usual).
+    :param n_eval_tasks: task seeds ``0..n_eval_tasks-1`` of the split.
+    :param deterministic: greedy actions.
+    :param log_name: prefix of the logged keys (``eval`` -> ``eval/success_rate``).
+    """
+
+    def __init__(self, eval_env: GroupedTextVecEnv, eval_freq: int = 1, n_eval_tasks: int = 16,
+                 deterministic: bool = True, log_name: str = "eval", verbose: int = 0):
+        super().__init__(eval_freq, verbose)
+        self.eval_env = eval_env
+        self.n_eval_tasks = int(n_eval_tasks)
+        self.deterministic = deterministic
+        self.log_name = log_name
+        self.results: list[dict[str, Any]] = []
+
+    def _on_iteration(self) -> None:
+        result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic)
+        row = {"iteration": self._iterations(), "num_timesteps": self.model.num_timesteps,
+               **{k: v for k, v in result.items() if k != "per_task"}}
+        self.results.append(row)
+        for key in ("success_rate", "mean_return", "mean_length", "mean_score"):
+            self.logger.record(f"{self.log_name}/{key}", result[key])
+        folder = self.logger.get_dir()
+        if folder:
+            with open(os.path.join(folder, f"{self.log_name}.jsonl"), "a") as f:
+                f.write(json.dumps({**row, "per_task": result["per_task"]}, default=to_builtin) + "\n")
+        if self.verbose >= 1:
+            print(f"[{self.log_name}] {self.model.num_timesteps} steps: success {result['success_rate']:.3f}")
+
+
+__all__ = ["CheckpointCallback", "EvalCallback", "latest_checkpoint"]

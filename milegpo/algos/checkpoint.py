@@ -1,0 +1,142 @@
+"""Checkpoint directories: LoRA adapter + optimizer state + JSON config, written atomically.
+
+A checkpoint of a group-RL algorithm is a directory::
+
+    <path>/
+      config.json     algorithm, credit method, hyperparameters, policy kwargs,
+                      base-model fingerprint, counters and RNG states (plain JSON)
+      adapter/        the LoRA adapter (peft ``save_pretrained``, safetensors)
+      optimizer.pt    ``torch.save`` of the optimizer's state dict (tensors only,
+                      loaded with ``weights_only=True``)
+
+Nothing is unpickled when loading. The directory is first written under a
+temporary name next to ``path`` and then renamed into place, so a run killed
+while saving leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch as th
+
+FORMAT = "milegpo-checkpoint"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+ADAPTER_DIR = "adapter"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint directory is missing, corrupt or does not fit the model being loaded."""
+
+
+def check_plain(value: Any, where: str) -> None:
+    """Raise ``TypeError`` unless ``value`` is made of JSON-able plain values
+    (str, int, float, bool, None, lists/tuples and str-keyed dicts of them)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return
+    if isinstance(value, (list, tuple)):
+        for k, item in enumerate(value):
+            check_plain(item, f"{where}[{k}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where} has a non-string key {key!r}")
+            check_plain(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(
+        f"{where} must hold only plain values (paths, numbers, strings, lists, dicts), got {type(value).__name__}: "
+        "pass e.g. a model path instead of a model object, so checkpoints stay plain JSON"
+    )
+
+
+def to_builtin(value: Any) -> Any:
+    """``json.dumps`` default: numpy scalars/arrays to Python numbers/lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: Any, optimizer: th.optim.Optimizer) -> Path:
+    """Write a checkpoint directory at ``path`` atomically (see the module docstring)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir()
+        policy.save_adapter(str(tmp / ADAPTER_DIR))
+        th.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        with open(tmp / CONFIG_FILE, "w") as f:
+            json.dump(config, f, indent=2, default=to_builtin)
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def read_config(path: str | os.PathLike) -> dict[str, Any]:
+    """Check that ``path`` is a complete checkpoint directory and return its config."""
+    path = Path(path)
+    if not path.is_dir():
+        hint = " (SB3 .zip files are not milegpo checkpoints)" if path.suffix == ".zip" else ""
+        raise CheckpointError(f"no checkpoint directory at {str(path)!r}{hint}")
+    missing = [name for name in (CONFIG_FILE, ADAPTER_DIR, OPTIMIZER_FILE) if not (path / name).exists()]
+    if missing:
+        raise CheckpointError(f"checkpoint {str(path)!r} is incomplete: missing {', '.join(missing)}")
+    try:
+        with open(path / CONFIG_FILE) as f:
+            config = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} has a corrupt {CONFIG_FILE}: {exc}") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise CheckpointError(f"{str(path / CONFIG_FILE)!r} is not a milegpo checkpoint config")
+    if config.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has format version {config.get('format_version')!r}; "
+            f"this milegpo reads version {FORMAT_VERSION}"
+        )
+    for key in ("algorithm", "hyperparameters", "policy", "counters", "base_model"):
+        if key not in config:
+            raise CheckpointError(f"checkpoint {str(path)!r}: {CONFIG_FILE} lacks the {key!r} entry")
+    return config
+
+
+def load_optimizer_state(path: str | os.PathLike, optimizer: th.optim.Optimizer, device: th.device) -> None:
+    """Load ``optimizer.pt`` (tensors only, ``weights_only=True``) into ``optimizer``."""
+    file = Path(path) / OPTIMIZER_FILE
+    try:
+        state = th.load(file, map_location=device, weights_only=True)
+        optimizer.load_state_dict(state)
+    except Exception as exc:  # corrupt file or a state of other parameters
+        raise CheckpointError(f"cannot load the optimizer state {str(file)!r}: {type(exc).__name__}: {exc}") from None
+
+
+def latest_checkpoint(directory: str | os.PathLike, name_prefix: str = "checkpoint") -> Path | None:
+    """The newest complete checkpoint ``<name_prefix>_<steps>_steps`` in ``directory``, or None."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    found = []
+    for child in directory.iterdir():
+        stem = child.name
+        if child.is_dir() and stem.startswith(f"{name_prefix}_") and stem.endswith("_steps"):
+            steps = stem[len(name_prefix) + 1 : -len("_steps")]
+            if steps.isdigit() and (child / CONFIG_FILE).exists():
+                found.append((int(steps), child))
+    return max(found)[1] if found else None

@@ -1,0 +1,129 @@
+"""Evaluation on held-out tasks: run the (greedy) policy on an eval split, task by task.
+
+Use a :class:`~milegpo.envs.vec_env.GroupedTextVecEnv` built on the eval split,
+e.g. ``make_vec_env("milegpo/House-v0", n_tasks=8, group_size=1,
+env_kwargs={"split": "eval_id"})``. Tasks are given by their seeds (by the
+TextEnv convention seed ``s`` is task ``s % num_tasks`` of the split, so
+``n_episodes=n`` evaluates seeds ``0..n-1``: the first ``n`` tasks of the split);
+they are run ``env.n_tasks`` at a time.
+
+``group_size`` 1 is the usual choice: a greedy policy on a deterministic env plays
+the same episode in every copy. With ``group_size`` > 1 all copies of each task are
+played and counted as episodes (useful with ``deterministic=False`` or stochastic
+envs); a task's ``success`` is then the mean over its copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from milegpo.envs.vec_env import GroupedTextVecEnv
+
+
+def _policy_of(model: Any) -> Any:
+    return getattr(model, "policy", model)
+
+
+def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool = True
+                 ) -> list[dict[str, Any]]:
+    """Play every copy of each task in ``task_seeds`` once; one result dict per episode
+    (``task_seed``, ``won``, ``return``, ``length``, ``score``, ``invalid_actions``, ``env_error``)."""
+    if not isinstance(env, GroupedTextVecEnv):
+        raise TypeError("evaluation needs a GroupedTextVecEnv: make one with milegpo.make_vec_env(env_id, n_tasks, "
+                        "group_size=1, env_kwargs={'split': 'eval_id'})")
+    was_training = getattr(policy, "training", False)
+    if hasattr(policy, "set_training_mode"):
+        policy.set_training_mode(False)
+    results: list[dict[str, Any]] = []
+    seeds = [int(s) for s in task_seeds]
+    try:
+        for start in range(0, len(seeds), env.n_tasks):
+            chunk = seeds[start : start + env.n_tasks]
+            obs = env.reset_groups(chunk)
+            infos = [dict(info) for info in env.reset_infos]
+            n = len(chunk) * env.group_size
+            episodes = [{"task_seed": chunk[int(env.group_ids[i])], "won": False, "return": 0.0, "length": 0,
+                         "score": 0.0, "invalid_actions": 0, "env_error": infos[i].get("env_error")} for i in range(n)]
+            histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
+            while env.active.any():
+                active = np.flatnonzero(env.active)
+                with th.no_grad():
+                    samples = policy.act([obs[i] for i in active], [infos[i] for i in active],
+                                         [histories[i] for i in active], deterministic=deterministic)
+                actions = np.full(env.num_envs, "", dtype=object)
+                for k, i in enumerate(active):
+                    actions[i] = samples[k].text
+                new_obs, rewards, dones, new_infos = env.step(actions)
+                for k, i in enumerate(active):
+                    ep, info = episodes[i], new_infos[i]
+                    histories[i].append((str(obs[i]), samples[k].text))
+                    if info.get("env_error") is not None:
+                        ep["env_error"] = info["env_error"]
+                        continue
+                    ep["return"] += float(rewards[i])
+                    ep["length"] += 1
+                    ep["invalid_actions"] += not info.get("valid_action", True)
+                    if dones[i]:
+                        ep["won"], ep["score"] = bool(info.get("won", False)), float(info.get("score", 0.0))
+                obs, infos = new_obs, new_infos
+            results.extend(episodes)
+    finally:
+        if hasattr(policy, "set_training_mode"):
+            policy.set_training_mode(was_training)
+    return results
+
+
+def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
+             task_seeds: Sequence[int] | None = None, deterministic: bool = True) -> dict[str, Any]:
+    """Success rate, mean return and length of ``model`` on the tasks of ``env``'s split.
+
+    :param model: an algorithm (its ``.policy`` is used) or a policy with ``act``.
+    :param env: a GroupedTextVecEnv on the eval split (see the module docstring).
+    :param n_episodes: evaluate task seeds ``0..n_episodes-1`` (the first tasks of the split).
+    :param task_seeds: explicit task seeds instead of ``n_episodes``.
+    :param deterministic: greedy actions (True) or sampled ones.
+    :return: ``success_rate``, ``mean_return``, ``mean_length``, ``mean_score``,
+        ``invalid_action_rate``, ``env_errors``, ``n_episodes`` (episodes played) and
+        ``per_task``: one dict per task seed (``task_seed``, ``success``, ``return``,
+        ``length``, ``score``, means over the task's copies).
+    """
+    if (n_episodes is None) == (task_seeds is None):
+        raise ValueError("give exactly one of n_episodes (seeds 0..n-1) or task_seeds")
+    seeds = list(range(int(n_episodes))) if task_seeds is None else [int(s) for s in task_seeds]
+    if not seeds:
+        raise ValueError("nothing to evaluate: no task seeds")
+    episodes = run_episodes(_policy_of(model), env, seeds, deterministic)
+    per_task = []
+    for seed in dict.fromkeys(seeds):
+        eps = [e for e in episodes if e["task_seed"] == seed]
+        per_task.append({"task_seed": seed, "success": float(np.mean([e["won"] for e in eps])),
+                         "return": float(np.mean([e["return"] for e in eps])),
+                         "length": float(np.mean([e["length"] for e in eps])),
+                         "score": float(np.mean([e["score"] for e in eps]))})
+    steps = sum(e["length"] for e in episodes)
+    return {
+        "success_rate": float(np.mean([e["won"] for e in episodes])),
+        "mean_return": float(np.mean([e["return"] for e in episodes])),
+        "mean_length": float(np.mean([e["length"] for e in episodes])),
+        "mean_score": float(np.mean([e["score"] for e in episodes])),
+        "invalid_action_rate": sum(e["invalid_actions"] for e in episodes) / max(steps, 1),
+        "env_errors": sum(e["env_error"] is not None for e in episodes),
+        "n_episodes": len(episodes),
+        "per_task": per_task,
+    }
+
+
+def evaluate_policy(model: Any, env: GroupedTextVecEnv, n_eval_episodes: int = 10, deterministic: bool = True,
+                    return_episode_rewards: bool = False) -> tuple[float, float] | tuple[list[float], list[int]]:
+    """SB3's ``evaluate_policy`` for text agents: ``(mean_reward, std_reward)`` over the
+    episodes of task seeds ``0..n_eval_episodes-1`` (all copies), or the per-episode
+    rewards and lengths with ``return_episode_rewards=True``."""
+    episodes = run_episodes(_policy_of(model), env, list(range(n_eval_episodes)), deterministic)
+    rewards = [e["return"] for e in episodes]
+    if return_episode_rewards:
+        return rewards, [e["length"] for e in episodes]
+    return float(np.mean(rewards)), float(np.std(rewards))
