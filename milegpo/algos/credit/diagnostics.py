@@ -29,18 +29,25 @@ def describe_state(key: object) -> str:
 
 
 def _pairs(*columns: np.ndarray) -> int:
-    """Number of unordered pairs of rows that agree on all ``columns``."""
+    """Number of unordered pairs of rows that agree on all ``columns`` (int arrays)."""
     if len(columns[0]) == 0:
         return 0
-    _, counts = np.unique(np.stack(columns, axis=1), axis=0, return_counts=True)
+    order = np.lexsort(columns[::-1])
+    new_run = np.zeros(len(order), dtype=bool)
+    new_run[0] = True
+    for col in columns:
+        c = col[order]
+        new_run[1:] |= c[1:] != c[:-1]
+    counts = np.diff(np.r_[np.flatnonzero(new_run), len(order)])
     return int((counts * (counts - 1) // 2).sum())
 
 
 def tie_statistics(batch: StepBatch, graph: TaskGraph, r_g: np.ndarray, r_m: np.ndarray) -> dict[str, Any]:
     """Pairs of same-state transitions tied by ``r_g`` and how many ``r_m`` separates."""
     (action,) = _index_strings(batch.actions)
-    units = np.stack([graph.row_src, action, graph.row_dst], axis=1)
-    _, first = np.unique(units, axis=0, return_index=True)
+    n_actions, n_nodes = int(action.max(initial=0)) + 1, graph.num_nodes
+    units = (graph.row_src * n_actions + action) * n_nodes + graph.row_dst
+    _, first = np.unique(units, return_index=True)
     group = graph.row_src[first]
     g_q = np.round(r_g[first] / TIE_TOLERANCE).astype(np.int64)
     m_q = np.round(r_m[first] / TIE_TOLERANCE).astype(np.int64)
