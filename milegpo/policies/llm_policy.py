@@ -1,0 +1,564 @@
+"""``LLMPolicy``: a causal LM with a LoRA adapter as an SB3 policy over text.
+
+Two action modes (DESIGN §3):
+
+``generate``
+    the model writes a reply (optionally ``<think>…</think>``) ending in
+    ``<action>…</action>``; the unit of the policy-gradient loss is each generated
+    token, its log-prob taken under the exact sampling distribution
+    ``softmax(logits / temperature)`` (no top-k / top-p).
+``choose``
+    the env lists its admissible commands; each candidate ``c`` is scored by the
+    sum of its token log-probs ``s(c)`` (the command followed by the end-of-turn
+    token) and the policy samples from ``softmax(s / temperature)``. One unit per
+    step: ``log pi(chosen)``.
+
+The reference policy for the KL term is the same model with the adapter disabled
+(``model.disable_adapter()``): no second copy in memory. Only the LoRA weights are
+trainable, and :meth:`LLMPolicy.state_dict` holds only them, so SB3-style saving
+never writes the base model.
+
+Batched log-probs (:func:`completion_logprobs`): prompts left-padded, completions
+right-padded, ``position_ids = cumsum(attention_mask) - 1``, only the logits that
+predict completion tokens are computed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+
+from milegpo.policies.parsing import parse_action
+from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder
+
+MODES = ("choose", "generate")
+STOP_TEXT = "</action>"
+
+#: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
+_DECODER_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+DEFAULT_TARGET_MODULES: dict[str, list[str]] = {
+    **{name: _DECODER_PROJECTIONS for name in ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "smollm3")},
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+}
+DEFAULT_LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
+
+
+@dataclass
+class ActionSample:
+    """One step's action as sampled, with what is needed to re-score it in training.
+
+    :param text: the action sent to the env (generate mode: the parsed
+        ``<action>`` content, or the raw reply when unparsable).
+    :param prompt_ids: the prompt tokens.
+    :param action_ids: generate: the generated tokens (stop token included);
+        choose: the chosen candidate's tokens.
+    :param candidate_ids: choose mode: the tokens of every candidate; else None.
+    :param chosen: choose mode: the index of the chosen candidate; else None.
+    :param old_logprobs: float32 log-probs of the units as sampled: one per
+        generated token (generate) or ``[log pi(chosen)]`` (choose).
+    :param parsed: generate mode: an ``<action>`` tag was found; choose: True.
+    :param raw_text: generate mode: the whole decoded reply.
+    """
+
+    text: str
+    prompt_ids: list[int]
+    action_ids: list[int]
+    candidate_ids: list[list[int]] | None
+    chosen: int | None
+    old_logprobs: np.ndarray
+    parsed: bool
+    raw_text: str = ""
+
+
+def completion_logprobs(
+    model: th.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    use_position_ids: bool = True,
+) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+    """Per-token log-probs of each completion given its prompt, in one padded forward pass.
+
+    Rows are ``[pad … prompt | completion … pad]``; with ``use_position_ids`` the
+    positions count real tokens only (``use_position_ids=False`` exists to show
+    what goes wrong without them). Returns ``(logp [B, C], mask [B, C], entropy
+    [B, C] | None)`` in float32 with ``C`` the longest completion; logits are
+    divided by ``temperature``.
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    if any(len(c) == 0 for c in completions) or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts and completions must be non-empty")
+    device = next(model.parameters()).device
+    n, p_len, c_len = len(prompts), max(map(len, prompts)), max(map(len, completions))
+    ids = th.full((n, p_len + c_len), pad_id, dtype=th.long)
+    mask = th.zeros((n, p_len + c_len), dtype=th.long)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, p_len - len(p) : p_len] = th.as_tensor(list(p))
+        ids[i, p_len : p_len + len(c)] = th.as_tensor(list(c))
+        mask[i, p_len - len(p) : p_len + len(c)] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    kwargs: dict[str, Any] = {}
+    if use_position_ids:
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    # logits at positions p_len-1 … p_len+c_len-2 predict the completion tokens
+    out = model(input_ids=ids, attention_mask=mask, logits_to_keep=c_len + 1, use_cache=False, **kwargs)
+    logits = out.logits[:, :-1].float() / temperature
+    targets = ids[:, p_len:]
+    logz = logits.logsumexp(-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
+    comp_mask = mask[:, p_len:].bool()
+    logp = logp.masked_fill(~comp_mask, 0.0)
+    entropy = None
+    if with_entropy:
+        log_probs = logits - logz.unsqueeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1).masked_fill(~comp_mask, 0.0)
+    return logp, comp_mask, entropy
+
+
+def _resolve_device(device: str | th.device) -> th.device:
+    if str(device) == "auto":
+        return th.device("cuda" if th.cuda.is_available() else "cpu")
+    return th.device(device)
+
+
+def _resolve_dtype(dtype: str | None, device: th.device) -> th.dtype:
+    if dtype in (None, "auto"):
+        return th.bfloat16 if device.type == "cuda" else th.float32
+    names = {"float32": th.float32, "fp32": th.float32, "bfloat16": th.bfloat16, "bf16": th.bfloat16,
+             "float16": th.float16, "fp16": th.float16}  # fmt: skip
+    if dtype not in names:
+        raise ValueError(f"dtype must be None/'auto' or one of {sorted(names)}, got {dtype!r}")
+    return names[dtype]
+
+
+class LLMPolicy(BasePolicy):
+    """A ``transformers`` causal LM + peft LoRA adapter acting on text observations.
+
+    :param observation_space: the env's (text) observation space.
+    :param action_space: the env's (text) action space.
+    :param lr_schedule: SB3 learning-rate schedule; the optimizer starts at ``lr_schedule(1)``.
+    :param model: a hub name or local folder of an ``AutoModelForCausalLM`` + tokenizer.
+    :param mode: ``"choose"`` (score admissible commands) or ``"generate"`` (free text).
+    :param lora: LoRA settings ``r``, ``alpha``, ``dropout``, ``target_modules``
+        (None: per-architecture default, else "all-linear"); missing keys take
+        :data:`DEFAULT_LORA`.
+    :param dtype: None/"auto" (bf16 on CUDA, fp32 on CPU), "float32", "bfloat16", "float16".
+    :param device: "auto", "cpu", "cuda", "cuda:1", ...
+    :param history_length: how many past (observation, action) steps the prompt shows.
+    :param prompt_template: a family of :data:`~milegpo.policies.prompts.PROMPT_TEMPLATES`
+        ("default", "alfworld", "webshop") or a template string with named fields.
+    :param max_prompt_tokens: prompt budget (oldest history dropped first).
+    :param max_new_tokens: generate mode: the longest reply.
+    :param temperature: sampling temperature (both modes; also used when re-scoring).
+    :param think: generate mode: ask for ``<think>…</think>`` before the action.
+    :param seed: seeds the policy's own sampling generators.
+    :param max_batch_tokens: padded tokens per forward pass when scoring (memory bound).
+    :param optimizer_class: optimizer over the LoRA parameters.
+    :param optimizer_kwargs: its extra arguments.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Callable[[float], float],
+        model: str,
+        mode: str = "choose",
+        lora: dict[str, Any] | None = None,
+        dtype: str | None = None,
+        device: str = "auto",
+        history_length: int = 2,
+        prompt_template: str | None = None,
+        max_prompt_tokens: int = 2048,
+        max_new_tokens: int = 512,
+        temperature: float = 1.0,
+        think: bool = False,
+        seed: int = 0,
+        max_batch_tokens: int = 16384,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.AdamW,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(observation_space, action_space, optimizer_class=optimizer_class, optimizer_kwargs=optimizer_kwargs)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (use deterministic=True for greedy), got {temperature}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        unknown = set(lora or {}) - set(DEFAULT_LORA)
+        if unknown:
+            raise ValueError(f"unknown LoRA settings {sorted(unknown)}; allowed: {sorted(DEFAULT_LORA)}")
+        self.model_name = str(model)
+        self.mode = mode
+        self.lora = {**DEFAULT_LORA, **(lora or {})}
+        self.dtype_name = dtype
+        self.device_name = device
+        self.history_length = history_length
+        self.prompt_template = prompt_template
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_new_tokens = max_new_tokens
+        self.temperature = float(temperature)
+        self.think = think
+        self.seed = seed
+        self.max_batch_tokens = max_batch_tokens
+
+        self._build_model()
+        instructions = INSTRUCTIONS["choose"] if mode == "choose" else INSTRUCTIONS["think" if think else "generate"]
+        self.prompts = PromptBuilder(self.tokenizer, prompt_template, instructions, history_length, max_prompt_tokens)
+        self._rng = np.random.default_rng(seed)
+        self._generator: th.Generator | None = None
+        self.optimizer = self.optimizer_class(self.trainable_parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    # ------------------------------------------------------------------ setup
+    def _build_model(self) -> None:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        device = _resolve_device(self.device_name)
+        dtype = _resolve_dtype(self.dtype_name, device)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+        base = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
+        model_type = base.config.model_type
+        targets = self.lora["target_modules"] or DEFAULT_TARGET_MODULES.get(model_type, "all-linear")
+        config = LoraConfig(
+            r=int(self.lora["r"]),
+            lora_alpha=float(self.lora["alpha"]),
+            lora_dropout=float(self.lora["dropout"]),
+            target_modules=targets,
+            fan_in_fan_out=model_type == "gpt2",
+            task_type="CAUSAL_LM",
+        )
+        self.model = get_peft_model(base, config).to(device)
+        self.model.eval()
+        tok = self.tokenizer
+        self.pad_id = next(i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None)
+        self.eos_ids = {i for i in (tok.eos_token_id, getattr(base.generation_config, "eos_token_id", None)) if i is not None}
+        if isinstance(base.generation_config.eos_token_id, list):
+            self.eos_ids = {tok.eos_token_id, *base.generation_config.eos_token_id} - {None}
+        stop = tok(STOP_TEXT, add_special_tokens=False)["input_ids"]
+        self._stop_token = stop[0] if len(stop) == 1 else None  # a single-token "</action>" (tiny tokenizers)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            model=self.model_name, mode=self.mode, lora=dict(self.lora), dtype=self.dtype_name, device=self.device_name,
+            history_length=self.history_length, prompt_template=self.prompt_template,
+            max_prompt_tokens=self.max_prompt_tokens, max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature, think=self.think, seed=self.seed, max_batch_tokens=self.max_batch_tokens,
+            optimizer_class=self.optimizer_class, optimizer_kwargs=self.optimizer_kwargs,
+        )  # fmt: skip
+        return data
+
+    @property
+    def device(self) -> th.device:
+        return next(self.model.parameters()).device
+
+    def trainable_parameters(self) -> list[th.nn.Parameter]:
+        """The LoRA parameters (the only ones with ``requires_grad``)."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    # ---------------------------------------------------- adapter-only state
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, th.Tensor]:
+        """Only the trainable (LoRA) tensors: the base model is reloaded from ``model``."""
+        full = super().state_dict(*args, **kwargs)
+        names = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
+        return {k: v for k, v in full.items() if k in names}
+
+    def load_state_dict(self, state_dict: dict[str, th.Tensor], strict: bool = True, assign: bool = False):
+        """Load LoRA tensors saved by :meth:`state_dict` (strict: exactly the same keys)."""
+        own = self.state_dict()
+        missing, unexpected = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"adapter state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        return super().load_state_dict({k: v for k, v in state_dict.items() if k in own}, strict=False, assign=assign)
+
+    def save_adapter(self, path: str | os.PathLike) -> None:
+        """Save the LoRA adapter with peft (``adapter_model.safetensors`` + ``adapter_config.json``)."""
+        self.model.save_pretrained(str(path), safe_serialization=True)
+
+    def load_adapter(self, path: str | os.PathLike) -> None:
+        """Load adapter weights saved by :meth:`save_adapter` into this policy's adapter."""
+        from peft.utils import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        weights, config_file = path / "adapter_model.safetensors", path / "adapter_config.json"
+        if not weights.is_file() or not config_file.is_file():
+            raise FileNotFoundError(f"{path} holds no saved adapter (adapter_model.safetensors + adapter_config.json)")
+        saved = json.loads(config_file.read_text())
+        ours = self.model.peft_config["default"]
+        if int(saved.get("r", -1)) != ours.r or set(saved.get("target_modules") or []) != set(ours.target_modules or []):
+            raise ValueError(
+                f"adapter in {path} (r={saved.get('r')}, target_modules={saved.get('target_modules')}) does not match "
+                f"this policy (r={ours.r}, target_modules={sorted(ours.target_modules)})"
+            )
+        try:
+            state = load_file(str(weights), device=str(self.device))
+        except Exception as err:  # safetensors raises its own error types for corrupt files
+            raise ValueError(f"cannot read adapter weights {weights}: {err}") from err
+        result = set_peft_model_state_dict(self.model, state)
+        bad = [k for k in result.unexpected_keys]
+        if bad:
+            raise ValueError(f"adapter in {path} has tensors this model lacks: {bad[:5]}")
+
+    # ---------------------------------------------------------------- prompts
+    def build_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
+        """Prompt token ids for one env (task from ``info["task"]``, commands from ``info``)."""
+        commands = info.get("admissible_commands")
+        return self.prompts.build(str(info.get("task", "")), str(observation), history, commands)
+
+    def _candidate_ids(self, command: str) -> list[int]:
+        ids = list(self.tokenizer(command, add_special_tokens=False)["input_ids"])
+        eos = self.tokenizer.eos_token_id
+        return ids + ([eos] if eos is not None else [])
+
+    # ----------------------------------------------------------------- acting
+    def act(
+        self,
+        observations: Sequence[str],
+        infos: Sequence[dict[str, Any]],
+        histories: Sequence[Sequence[tuple[str, str]]],
+        deterministic: bool = False,
+    ) -> list[ActionSample]:
+        """Sample one action per env (see the module docstring for the two modes)."""
+        if not (len(observations) == len(infos) == len(histories)):
+            raise ValueError(f"got {len(observations)} observations, {len(infos)} infos, {len(histories)} histories")
+        if len(observations) == 0:
+            return []
+        prompts = [self.build_prompt(o, i, h) for o, i, h in zip(observations, infos, histories)]
+        with th.no_grad():
+            if self.mode == "choose":
+                return self._choose(prompts, infos, deterministic)
+            return self._generate(prompts, deterministic)
+
+    def _score_rows(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], temperature: float,
+                    with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:  # fmt: skip
+        """Per-row token log-probs (and entropies), in length-sorted chunks of ``max_batch_tokens``."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+        logps: list[th.Tensor] = [th.empty(0)] * len(prompts)
+        ents: list[th.Tensor | None] = [None] * len(prompts)
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order):
+                rows = order[start : end + 1]
+                width = max(len(prompts[i]) for i in rows) + max(len(completions[i]) for i in rows)
+                if width * len(rows) > self.max_batch_tokens:
+                    break
+                end += 1
+            rows = order[start:end]
+            logp, mask, ent = completion_logprobs(
+                self.model, [prompts[i] for i in rows], [completions[i] for i in rows], self.pad_id, temperature,
+                with_entropy,
+            )  # fmt: skip
+            for j, i in enumerate(rows):
+                n = len(completions[i])
+                logps[i] = logp[j, :n]
+                ents[i] = ent[j, :n] if ent is not None else None
+            start = end
+        return logps, ents
+
+    def _candidate_scores(self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
+        """For each env, the summed log-likelihood (temperature 1) of each candidate."""
+        flat_p = [p for p, cands in zip(prompts, candidates) for _ in cands]
+        flat_c = [c for cands in candidates for c in cands]
+        logps, _ = self._score_rows(flat_p, flat_c, 1.0)
+        sums = th.stack([lp.sum() for lp in logps])
+        return list(sums.split([len(c) for c in candidates]))
+
+    def _choose(self, prompts: list[list[int]], infos: Sequence[dict[str, Any]], deterministic: bool) -> list[ActionSample]:
+        commands = []
+        for i, info in enumerate(infos):
+            cmds = info.get("admissible_commands")
+            if not cmds:
+                raise ValueError(
+                    f"env {i} lists no admissible commands: mode='choose' needs info['admissible_commands']; "
+                    "use mode='generate' for free-text envs"
+                )
+            commands.append(list(cmds))
+        candidates = [[self._candidate_ids(c) for c in cmds] for cmds in commands]
+        samples = []
+        for prompt, cmds, cands, scores in zip(prompts, commands, candidates, self._candidate_scores(prompts, candidates)):
+            log_pi = th.log_softmax(scores.float() / self.temperature, dim=-1).cpu()
+            if deterministic:
+                chosen = int(log_pi.argmax())
+            else:
+                chosen = int(self._rng.choice(len(cmds), p=_normalised(log_pi.exp().numpy())))
+            samples.append(
+                ActionSample(
+                    text=cmds[chosen], prompt_ids=prompt, action_ids=cands[chosen], candidate_ids=cands, chosen=chosen,
+                    old_logprobs=np.array([log_pi[chosen].item()], dtype=np.float32), parsed=True,
+                )  # fmt: skip
+            )
+        return samples
+
+    def _sampling_generator(self, device: th.device) -> th.Generator:
+        if self._generator is None or self._generator.device != device:
+            self._generator = th.Generator(device=device).manual_seed(self.seed)
+        return self._generator
+
+    def _generate(self, prompts: list[list[int]], deterministic: bool) -> list[ActionSample]:
+        """Sample replies token by token with a KV cache, recording each token's log-prob."""
+        device = self.device
+        n, p_len = len(prompts), max(map(len, prompts))
+        ids = th.full((n, p_len), self.pad_id, dtype=th.long)
+        mask = th.zeros((n, p_len), dtype=th.long)
+        for i, p in enumerate(prompts):
+            ids[i, p_len - len(p) :] = th.as_tensor(p)
+            mask[i, p_len - len(p) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache_arg = "cache" if "cache" in inspect.signature(self.model.get_base_model().forward).parameters else "past_key_values"
+        cache, next_pos = _output_cache(out), positions[:, -1:] + 1
+        generator = self._sampling_generator(device)
+        eos = th.tensor(sorted(self.eos_ids), device=device, dtype=th.long)
+        tokens, logps = [], []
+        done = th.zeros(n, dtype=th.bool, device=device)
+        lengths = th.full((n,), self.max_new_tokens, dtype=th.long)
+        for step in range(self.max_new_tokens):
+            logits = out.logits[:, -1].float() / self.temperature
+            log_probs = th.log_softmax(logits, dim=-1)
+            if deterministic:
+                token = log_probs.argmax(-1)
+            else:
+                token = th.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+            token = token.masked_fill(done, self.pad_id)
+            tokens.append(token)
+            logps.append(log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1))
+            finished = ~done & (th.isin(token, eos) | self._hit_stop(tokens))
+            lengths[finished.cpu()] = step + 1
+            done |= finished
+            if bool(done.all()) or step == self.max_new_tokens - 1:
+                break
+            mask = th.cat([mask, th.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
+            out = self.model(input_ids=token.unsqueeze(-1), attention_mask=mask, position_ids=next_pos,
+                             use_cache=True, **{cache_arg: cache})  # fmt: skip
+            cache, next_pos = _output_cache(out), next_pos + 1
+        gen = th.stack(tokens, dim=1).cpu()
+        gen_logp = th.stack(logps, dim=1).cpu()
+        samples = []
+        for i in range(n):
+            length = int(lengths[i])
+            action_ids = gen[i, :length].tolist()
+            raw = self.tokenizer.decode(action_ids, skip_special_tokens=True)
+            text, parsed = parse_action(raw)
+            samples.append(
+                ActionSample(
+                    text=text, prompt_ids=prompts[i], action_ids=action_ids, candidate_ids=None, chosen=None,
+                    old_logprobs=gen_logp[i, :length].numpy().astype(np.float32), parsed=parsed, raw_text=raw,
+                )  # fmt: skip
+            )
+        return samples
+
+    def _hit_stop(self, tokens: list[th.Tensor]) -> th.Tensor:
+        """Rows whose reply now ends with ``</action>``."""
+        last = tokens[-1]
+        if self._stop_token is not None:
+            return last == self._stop_token
+        hit = th.zeros_like(last, dtype=th.bool)
+        for i, tok in enumerate(last.tolist()):
+            if ">" in self.tokenizer.decode([tok]):
+                tail = self.tokenizer.decode([int(t[i]) for t in tokens[-16:]])
+                hit[i] = tail.rstrip().endswith(STOP_TEXT)
+        return hit
+
+    # -------------------------------------------------------------- training
+    def evaluate_actions(
+        self, samples: Sequence[ActionSample], with_entropy: bool = False, use_reference: bool = False
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        """Per-unit log-probs of ``samples`` under the current policy (or the reference).
+
+        Returns ``(logp [B, L], mask [B, L] bool, entropy [B, L] | None)`` on the
+        policy's device; generate: L = the longest action, entropy of the
+        vocabulary distribution per token; choose: L = 1, entropy of the
+        candidate softmax. With ``use_reference`` the adapter is disabled and no
+        graph is built.
+        """
+        if not samples:
+            raise ValueError("evaluate_actions needs at least one sample")
+        if use_reference:
+            with self.model.disable_adapter(), th.no_grad():
+                return self._evaluate(samples, with_entropy)
+        return self._evaluate(samples, with_entropy)
+
+    def _evaluate(self, samples: Sequence[ActionSample], with_entropy: bool) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        device = self.device
+        if self.mode == "generate":
+            logps, ents = self._score_rows([s.prompt_ids for s in samples], [s.action_ids for s in samples],
+                                           self.temperature, with_entropy)  # fmt: skip
+            length = max(len(s.action_ids) for s in samples)
+            logp = th.zeros((len(samples), length), device=device)
+            entropy = th.zeros((len(samples), length), device=device) if with_entropy else None
+            mask = th.zeros((len(samples), length), dtype=th.bool, device=device)
+            for i, lp in enumerate(logps):
+                logp[i, : len(lp)] = lp
+                mask[i, : len(lp)] = True
+                if entropy is not None:
+                    entropy[i, : len(lp)] = ents[i]
+            return logp, mask, entropy
+        if any(s.candidate_ids is None or s.chosen is None for s in samples):
+            raise ValueError("choose-mode evaluate_actions needs samples with candidate_ids and chosen")
+        scores = self._candidate_scores([s.prompt_ids for s in samples], [s.candidate_ids for s in samples])
+        logp = th.zeros((len(samples), 1), device=device)
+        entropy = th.zeros((len(samples), 1), device=device) if with_entropy else None
+        for i, (s, sc) in enumerate(zip(samples, scores)):
+            log_pi = th.log_softmax(sc / self.temperature, dim=-1)
+            logp[i, 0] = log_pi[s.chosen]
+            if entropy is not None:
+                entropy[i, 0] = -(log_pi.exp() * log_pi).sum()
+        return logp, th.ones((len(samples), 1), dtype=th.bool, device=device), entropy
+
+    # ------------------------------------------------------------- SB3 glue
+    def predict(  # type: ignore[override]
+        self,
+        observation: str | Sequence[str] | np.ndarray,
+        state: Any = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        infos: Sequence[dict[str, Any]] | None = None,
+        histories: Sequence[Sequence[tuple[str, str]]] | None = None,
+    ) -> tuple[str | np.ndarray, None]:
+        """SB3-style ``(actions, None)``: action strings for text observations.
+
+        Choose mode needs ``infos`` (with ``admissible_commands``); ``deterministic``
+        is greedy / argmax.
+        """
+        self.set_training_mode(False)
+        single = isinstance(observation, str)
+        obs = [observation] if single else [str(o) for o in observation]
+        infos = [{}] * len(obs) if infos is None else ([infos] if isinstance(infos, dict) else list(infos))
+        histories = [[] for _ in obs] if histories is None else list(histories)
+        actions = [s.text for s in self.act(obs, infos, histories, deterministic=deterministic)]
+        return (actions[0] if single else np.array(actions, dtype=object)), None
+
+    def _predict(self, observation: Any, deterministic: bool = False) -> th.Tensor:
+        raise TypeError("LLMPolicy acts on text: call predict() or act(), not _predict()")
+
+    def set_training_mode(self, mode: bool) -> None:
+        self.train(mode)
+        self.training = mode
+
+
+def _output_cache(out: Any) -> Any:
+    """The KV cache of a model output (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _normalised(p: np.ndarray) -> np.ndarray:
+    p = p.astype(np.float64)
+    return p / p.sum()

@@ -1,0 +1,179 @@
+"""Prompt building: task + bounded history + current observation + admissible commands.
+
+A prompt template is a ``str.format`` string with these named fields (any subset):
+
+``{task}``                 the goal text of the episode (``info["task"]``)
+``{history}``              the last K (observation, action) steps, oldest first, or ""
+``{step}``                 the number of the current step (1-based)
+``{observation}``          the current observation
+``{admissible_commands}``  the admissible commands, quoted and comma-separated
+``{instructions}``         how to answer (depends on the mode and on ``think``)
+
+Templates are registered per env family in :data:`PROMPT_TEMPLATES` (``default``,
+``alfworld``, ``webshop``); :class:`PromptBuilder` takes a registry key or a
+template string of one's own. The text is wrapped in the tokenizer's chat template
+when it has one. When the prompt exceeds ``max_prompt_tokens`` the oldest history
+steps are dropped first; only if the prompt without history is still too long is
+the middle of the current observation cut, with a warning (once per builder).
+"""
+
+from __future__ import annotations
+
+import string
+import warnings
+from collections.abc import Sequence
+
+#: Prompt templates keyed by env family.
+PROMPT_TEMPLATES: dict[str, str] = {
+    "default": (
+        "You are an agent acting in a text environment.\n"
+        "Your task: {task}\n"
+        "{history}"
+        "Step {step} observation: {observation}\n"
+        "Admissible actions: {admissible_commands}\n"
+        "{instructions}"
+    ),
+    "alfworld": (
+        "You are an expert household agent in the ALFRED text world.\n"
+        "Your task is to: {task}\n"
+        "{history}"
+        "Step {step}. Your current observation is: {observation}\n"
+        "Your admissible actions now are: [{admissible_commands}].\n"
+        "{instructions}"
+    ),
+    "webshop": (
+        "You are an expert shopping agent on the WebShop web site.\n"
+        "Your task is to: {task}\n"
+        "{history}"
+        "Step {step}. Your current observation is: {observation}\n"
+        "Your admissible actions now are: [{admissible_commands}].\n"
+        "{instructions}"
+    ),
+}
+
+FIELDS = frozenset({"task", "history", "step", "observation", "admissible_commands", "instructions"})
+
+HISTORY_HEADER = "Your previous steps, oldest first:\n"
+HISTORY_STEP = "Step {n} observation: {observation}\nStep {n} action: {action}\n"
+ANY_COMMAND = "any text command"
+
+INSTRUCTIONS = {
+    "choose": "Answer with one of the admissible actions.",
+    "generate": "Choose one admissible action and answer with it inside <action> </action> tags.",
+    "think": (
+        "First think step by step inside <think> </think> tags, then answer with one admissible action "
+        "inside <action> </action> tags."
+    ),
+}
+
+
+def template_vocabulary() -> list[str]:
+    """Every fixed text the prompts can contain (so a tiny tokenizer covers it)."""
+    return [*PROMPT_TEMPLATES.values(), HISTORY_HEADER, HISTORY_STEP, ANY_COMMAND, *INSTRUCTIONS.values()]
+
+
+def resolve_template(prompt_template: str | None) -> str:
+    """A registry key (or None = ``"default"``) -> its template; any other string is the template itself."""
+    if prompt_template is None:
+        return PROMPT_TEMPLATES["default"]
+    if prompt_template in PROMPT_TEMPLATES:
+        return PROMPT_TEMPLATES[prompt_template]
+    try:
+        used = {name for _, name, _, _ in string.Formatter().parse(prompt_template) if name is not None}
+    except ValueError as err:
+        raise ValueError(f"prompt_template is not a valid format string: {err}") from None
+    unknown = used - FIELDS
+    if unknown:
+        raise ValueError(
+            f"prompt_template uses unknown fields {sorted(unknown)}; allowed: {sorted(FIELDS)} "
+            f"(or pass a registered family: {sorted(PROMPT_TEMPLATES)})"
+        )
+    if "observation" not in used:
+        raise ValueError("prompt_template must contain the {observation} field")
+    return prompt_template
+
+
+def format_history(history: Sequence[tuple[str, str]], first_step: int) -> str:
+    """The history block; ``first_step`` is the step number of ``history[0]``."""
+    if not history:
+        return ""
+    steps = "".join(
+        HISTORY_STEP.format(n=first_step + i, observation=obs.strip(), action=act.strip())
+        for i, (obs, act) in enumerate(history)
+    )
+    return HISTORY_HEADER + steps
+
+
+def format_commands(commands: Sequence[str] | None) -> str:
+    if not commands:
+        return ANY_COMMAND
+    return ", ".join(f"'{c}'" for c in commands)
+
+
+class PromptBuilder:
+    """Turns (task, observation, history, commands) into prompt token ids.
+
+    :param tokenizer: a ``transformers`` tokenizer (its chat template is used when it has one).
+    :param prompt_template: a key of :data:`PROMPT_TEMPLATES` or a template string.
+    :param instructions: the answer instructions (see :data:`INSTRUCTIONS`).
+    :param history_length: how many of the last steps to show (K).
+    :param max_prompt_tokens: the prompt budget in tokens.
+    """
+
+    def __init__(self, tokenizer, prompt_template: str | None, instructions: str, history_length: int, max_prompt_tokens: int):
+        if history_length < 0:
+            raise ValueError(f"history_length must be >= 0, got {history_length}")
+        if max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+        self.tokenizer = tokenizer
+        self.template = resolve_template(prompt_template)
+        self.instructions = instructions
+        self.history_length = history_length
+        self.max_prompt_tokens = max_prompt_tokens
+        self._warned = False
+
+    def text(self, task: str, observation: str, history: Sequence[tuple[str, str]], commands: Sequence[str] | None, k: int) -> str:
+        """The prompt text (chat template applied) showing the last ``k`` history steps."""
+        shown = list(history)[-k:] if k > 0 else []
+        content = self.template.format(
+            task=task.strip(),
+            history=format_history(shown, first_step=len(history) - len(shown) + 1),
+            step=len(history) + 1,
+            observation=observation.strip(),
+            admissible_commands=format_commands(commands),
+            instructions=self.instructions,
+        )
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+            )
+        return content + "\n"
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def build(self, task: str, observation: str, history: Sequence[tuple[str, str]], commands: Sequence[str] | None) -> list[int]:
+        """Prompt token ids within ``max_prompt_tokens`` (see the module docstring)."""
+        for k in range(min(self.history_length, len(history)), -1, -1):
+            ids = self.encode(self.text(task, observation, history, commands, k))
+            if len(ids) <= self.max_prompt_tokens:
+                return ids
+        # Even without history the prompt is too long: cut the middle of the observation.
+        if not self._warned:
+            warnings.warn(
+                f"a prompt exceeds max_prompt_tokens={self.max_prompt_tokens} even without history; the middle of "
+                "the current observation is cut to fit (raise max_prompt_tokens to keep it whole)",
+                stacklevel=3,
+            )
+            self._warned = True
+        keep = len(observation)
+        while keep > 0:
+            keep = int(keep * min(0.9, self.max_prompt_tokens / len(ids)))
+            cut = observation[: keep // 2] + " ... " + observation[len(observation) - keep // 2 :] if keep else "..."
+            ids = self.encode(self.text(task, cut, history, commands, 0))
+            if len(ids) <= self.max_prompt_tokens:
+                return ids
+        raise ValueError(
+            f"the prompt does not fit max_prompt_tokens={self.max_prompt_tokens} even with an empty observation "
+            f"({len(ids)} tokens): raise max_prompt_tokens or shorten the template/task/admissible commands"
+        )

@@ -1,0 +1,163 @@
+"""A tiny causal LM built offline: random weights from a config + a word-level tokenizer.
+
+Tests, the CPU demo and the learning benchmarks need a real ``transformers``
+model that can be created without a model hub. :func:`tiny_model` builds one
+(Llama-, Qwen2- or GPT-2-style) with a tokenizer whose vocabulary is the words
+of the environment, saves both with ``save_pretrained`` and returns the folder,
+which then loads with ``AutoModelForCausalLM.from_pretrained`` /
+``AutoTokenizer.from_pretrained`` exactly like a hub model.
+
+The tokenizer is word-level (``tokenizers.models.WordLevel``): one token per
+word, punctuation mark, digit and newline, with spaces carried by a ``▁``
+word prefix (Metaspace), so decoding reproduces the text exactly — a generated
+``<action>go to kitchen</action>`` decodes to that string. Unknown words map to
+``<unk>``. ``<think>``, ``</think>``, ``<action>``, ``</action>`` and the chat
+markers are single tokens.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+#: Chat markers and the tags the policy asks the model to write.
+UNK, PAD, BOS, EOS = "<unk>", "<|pad|>", "<|im_start|>", "<|im_end|>"
+TAG_TOKENS = ("<think>", "</think>", "<action>", "</action>")
+SPACE = "\u2581"  # "▁", the Metaspace space marker
+
+#: A ChatML-style template (the format Qwen2.5 and SmolLM2 use).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_ARCHS = ("llama", "qwen2", "gpt2")
+
+
+def _pre_tokenizer():
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\n"), behavior="isolated"),
+            pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="never", split=True),
+            pre_tokenizers.Punctuation(behavior="isolated"),
+            pre_tokenizers.Digits(individual_digits=True),
+        ]
+    )
+
+
+def build_word_tokenizer(vocab_texts: Iterable[str]):
+    """A ``PreTrainedTokenizerFast`` whose vocabulary holds every word of ``vocab_texts``.
+
+    Each word is added bare, with the space prefix, and capitalised both ways,
+    so a word found anywhere in a sentence never becomes ``<unk>``. The prompt
+    templates of :mod:`milegpo.policies.prompts` are always included.
+    """
+    import string
+
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    from milegpo.policies.prompts import template_vocabulary
+
+    pre = _pre_tokenizer()
+    pieces: set[str] = set(string.digits) | set(string.punctuation) | {"\n", SPACE}
+    texts = [*vocab_texts, *template_vocabulary(), "system user assistant"]
+    for text in texts:
+        for piece, _ in pre.pre_tokenize_str(str(text)):
+            word = piece.lstrip(SPACE)
+            if not word:
+                continue
+            for form in {word, word.lower(), word.capitalize()}:
+                pieces.add(form)
+                pieces.add(SPACE + form)
+    specials = [UNK, PAD, BOS, EOS]
+    vocab = {tok: i for i, tok in enumerate([*specials, *TAG_TOKENS, *sorted(pieces)])}
+
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.Metaspace(replacement=SPACE, prepend_scheme="never", split=True)
+    tok.add_special_tokens(specials)
+    tok.add_tokens(list(TAG_TOKENS))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token=UNK,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def _config(arch: str, vocab_size: int, tokenizer, hidden_size: int, num_layers: int, num_heads: int, max_positions: int):
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+
+    ids = dict(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    if arch == "gpt2":
+        return GPT2Config(
+            vocab_size=vocab_size, n_embd=hidden_size, n_layer=num_layers, n_head=num_heads, n_positions=max_positions,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids,
+        )  # fmt: skip
+    cls = LlamaConfig if arch == "llama" else Qwen2Config
+    return cls(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=4 * hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_heads, max_position_embeddings=max_positions,
+        attention_dropout=0.0, **ids,
+    )  # fmt: skip
+
+
+def tiny_model(
+    vocab_texts: Iterable[str],
+    save_dir: str | os.PathLike,
+    arch: str = "llama",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    seed: int = 0,
+    max_position_embeddings: int = 4096,
+) -> str:
+    """Build a small randomly initialised causal LM and its word-level tokenizer; save them.
+
+    :param vocab_texts: texts whose words make the vocabulary (e.g. ``HouseEnv.vocabulary()``).
+    :param save_dir: folder to write; it then loads with ``from_pretrained(save_dir)``.
+    :param arch: ``"llama"`` or ``"qwen2"`` (rotary positions) or ``"gpt2"`` (learned
+        absolute positions — the architecture on which wrong ``position_ids`` show).
+    :param seed: seeds the weight initialisation (same seed, same weights).
+    :return: ``str(save_dir)``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if arch not in _ARCHS:
+        raise ValueError(f"arch must be one of {_ARCHS}, got {arch!r}")
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+    save_dir = Path(save_dir)
+    save_dir.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = build_word_tokenizer(vocab_texts)
+    tokenizer.save_pretrained(save_dir)
+    # AutoTokenizer may rewrite parts of a custom tokenizer on load (DESIGN §5):
+    # load it once the way every user will and save that version.
+    tokenizer = AutoTokenizer.from_pretrained(save_dir)
+    tokenizer.save_pretrained(save_dir)
+
+    config = _config(arch, len(tokenizer), tokenizer, hidden_size, num_layers, num_heads, max_position_embeddings)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(save_dir, safe_serialization=True)
+    return str(save_dir)
