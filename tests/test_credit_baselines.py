@@ -186,3 +186,25 @@ def test_rows_in_any_order():
     for method in CREDIT_METHODS:
         np.testing.assert_allclose(compute_credit(method, shuffled).advantages,
                                    compute_credit(method, batch).advantages[perm], atol=1e-12)
+
+
+def test_sign_flip_fraction():
+    # GraphGPO example with w_step = 2, w_episode = 0.1: row 1 gets 2 * (-0.385197) + 0.070711 < 0 while its
+    # episode term is positive; every other row keeps the episode sign -> 1 / 6.
+    res = compute_credit("graphgpo", two_trajectories(), {"w_step": 2.0, "w_episode": 0.1})
+    assert res.diagnostics["sign_flip_frac"] == pytest.approx(1 / 6)
+    assert compute_credit("grpo", two_trajectories()).diagnostics["sign_flip_frac"] == 0.0
+
+
+def test_bad_batches_are_rejected():
+    batch = two_trajectories()
+    fields = {k: getattr(batch, k).copy() for k in ("task_ids", "traj_ids", "step_idx", "state_keys",
+                                                    "next_state_keys", "actions", "rewards", "valid", "dones")}
+    two_tasks = dict(fields, task_ids=np.array([0, 0, 1, 1, 1, 1]))
+    with pytest.raises(ValueError, match="trajectory 0 has rows in more than one task"):
+        compute_credit("grpo", StepBatch(**two_tasks, outcomes=batch.outcomes, success=batch.success))
+    repeated = dict(fields, step_idx=np.array([0, 1, 1, 0, 1, 2]))
+    with pytest.raises(ValueError, match="two rows for trajectory 0 step 1"):
+        compute_credit("gigpo", StepBatch(**repeated, outcomes=batch.outcomes, success=batch.success))
+    with pytest.raises(ValueError, match="at least two states"):
+        StepBatch.from_trajectories([["s"]], success=[False])

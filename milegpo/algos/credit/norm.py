@@ -8,7 +8,7 @@ For a group :math:`G` (a task's trajectories, or a task's steps taken from one s
 
 with :math:`\sigma_G` the unbiased (``ddof = 1``) standard deviation, as ``torch.std`` in
 verl-agent's GRPO / GiGPO. A group of size 1 gets 0. Equal values give exactly 0 (the
-mean is taken relative to the group's first value, so no rounding residue is left
+mean is taken relative to a value of the group, so no rounding residue is left
 to be blown up by :math:`1/\varepsilon`).
 """
 
@@ -30,8 +30,8 @@ def group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: st
     """Normalise ``x`` within groups (``groups``: dense ids ``0..num_groups-1``)."""
     x = np.asarray(x, dtype=np.float64)
     counts = np.bincount(groups, minlength=num_groups)
-    ref = np.zeros(num_groups)
-    ref[groups[::-1]] = x[::-1]  # the first value of each group
+    ref = np.full(num_groups, -np.inf)
+    np.maximum.at(ref, groups, x)  # any one value of the group would do
     y = x - ref[groups]
     dev = y - (np.bincount(groups, weights=y, minlength=num_groups) / np.maximum(counts, 1))[groups]
     if norm == "mean_std_norm":
