@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from milegpo.algos.credit.batch import StepBatch
-from milegpo.algos.credit.graph import TaskGraph, _index_strings
+from milegpo.algos.credit.graph import TaskGraph, index_strings
 
 STATE_CHARS = 200
 """State keys are cut to this many characters in diagnostics."""
@@ -44,7 +44,7 @@ def _pairs(*columns: np.ndarray) -> int:
 
 def tie_statistics(batch: StepBatch, graph: TaskGraph, r_g: np.ndarray, r_m: np.ndarray) -> dict[str, Any]:
     """Pairs of same-state transitions tied by ``r_g`` and how many ``r_m`` separates."""
-    (action,) = _index_strings(batch.actions)
+    (action,) = index_strings(batch.actions)
     n_actions, n_nodes = int(action.max(initial=0)) + 1, graph.num_nodes
     units = (graph.row_src * n_actions + action) * n_nodes + graph.row_dst
     _, first = np.unique(units, return_index=True)

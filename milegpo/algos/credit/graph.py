@@ -61,7 +61,7 @@ def trajectory_order(batch: StepBatch) -> np.ndarray:
     return order
 
 
-def _index_strings(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+def index_strings(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     """Map strings to dense integer ids (one id space over all arrays)."""
     ids: dict[object, int] = {}
     return tuple(np.fromiter((ids.setdefault(k, len(ids)) for k in a), dtype=np.int64, count=len(a))
@@ -188,7 +188,7 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     traj_success = success & (traj_task >= 0)
 
     # Nodes: (task, key) pairs; the goal gets its own key id per task.
-    src_key, dst_key = _index_strings(batch.state_keys, batch.next_state_keys)
+    src_key, dst_key = index_strings(batch.state_keys, batch.next_state_keys)
     n_keys = int(max(src_key.max(initial=-1), dst_key.max(initial=-1))) + 2
     goal_id = n_keys - 1
     dst_key = dst_key.copy()
