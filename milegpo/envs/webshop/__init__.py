@@ -67,6 +67,9 @@ Deviations from upstream, all deliberate:
   built from the instruction (its text without the price clause, and its
   content words), so a policy that chooses among commands can act; any other
   non-empty ``search[...]`` is valid there too.
+* Only the ``text`` and ``text_rich`` observation modes (no ``html``/``url``), and
+  no ``num_prev_obs``/``num_prev_actions`` history in the observation: the
+  policy builds its own history.
 * ``state_key()`` is the page identity (kind | query | page number | asin |
   chosen options), not the page text.
 """

