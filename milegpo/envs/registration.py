@@ -7,9 +7,11 @@ when their env is made. Register your own env with :func:`register_env`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
 from milegpo.envs.core import TextEnv
 
@@ -72,10 +74,17 @@ def make_env(env_id: str, **kwargs: Any) -> TextEnv:
     """Make a registered text env, with a helpful error for unknown ids.
 
     Returns the unwrapped :class:`TextEnv` (no Gymnasium wrappers: the horizon
-    is the env's own ``max_episode_steps``).
+    is the env's own ``max_episode_steps``, which ``kwargs`` may set).
     """
     check_env_id(env_id)
-    env = gym.make(env_id, **kwargs).unwrapped
+    # Built from the spec, not gym.make: gym.make would take ``max_episode_steps``
+    # for its own TimeLimit wrapper instead of passing it to the env.
+    spec = gym.spec(env_id)
+    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
+    env = creator(**{**spec.kwargs, **kwargs})
+    env = getattr(env, "unwrapped", env)
+    if isinstance(env, gym.Env):
+        env.spec = dataclasses.replace(spec, kwargs={**spec.kwargs, **kwargs})
     if not isinstance(env, TextEnv):
         raise TypeError(f"{env_id!r} made a {type(env).__name__}, which is not a milegpo.envs.TextEnv")
     return env
