@@ -16,15 +16,14 @@ import time
 
 import numpy as np
 
-from milegpo.envs.webshop import WebShopEnv, purchase_score
-from milegpo.envs.webshop.env import _shared_engine
+from milegpo.envs.webshop import ProductSearch, WebShopEnv, purchase_score
 
 
 def oracle_actions(env: WebShopEnv) -> list[str] | None:
     """The clicks that buy the goal product with the goal options, after the first search."""
     goal = env.goal
     product = env.catalog.by_asin[goal.asin]
-    results = env._session.results
+    results = env.results
     if goal.asin not in results:
         return None
     actions = ["click[next >]"] * (results.index(goal.asin) // 10) + [f"click[{goal.asin.lower()}]"]
@@ -43,10 +42,9 @@ def main() -> None:
     t0 = time.perf_counter()
     env = WebShopEnv(split="all", data_dir=args.data_dir)
     build_s = time.perf_counter() - t0
-    catalog, search = _shared_engine(str(env.data_dir), True, None)
+    catalog, search = env.catalog, env.search_engine
     print(f"catalog: {len(catalog.products)} products, {len(catalog.goals)} goals; load + BM25 build {build_s:.3f} s")
     t0 = time.perf_counter()
-    ProductSearch = type(search)
     ProductSearch([p.asin for p in catalog.products], [p.search_text for p in catalog.products])
     print(f"BM25 index build alone: {time.perf_counter() - t0:.3f} s")
 

@@ -244,3 +244,12 @@ def test_spacy_title_nouns_when_installed(tiny_dir):
     for action in ["search[shirt]", f"click[{SHIRT.lower()}]", "click[black]", "click[large]"]:
         step_ok(env, action)
     assert step_ok(env, "click[buy now]")[1] == 1.0
+
+
+def test_unseeded_reset_draws_goals_and_results_property(tiny_dir):
+    env = tiny_env(tiny_dir)
+    env.reset(seed=123)
+    drawn = {env.reset()[1]["goal_index"] for _ in range(30)}
+    assert drawn == {0, 1}
+    step_ok(env, "search[shirt]")
+    assert env.results == [SHIRT]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from milegpo.envs.core import TextEnv
 from milegpo.envs.webshop.catalog import Catalog, Goal, load_catalog
 from milegpo.envs.webshop.reward import STOP_WORDS, purchase_score
@@ -144,11 +146,21 @@ class WebShopEnv(TextEnv):
 
     @property
     def page(self) -> Page:
+        """The current page (what :meth:`state_key` encodes)."""
         return self._require_session().page
+
+    @property
+    def results(self) -> list[str]:
+        """The asins the last search returned, best first (for scripted agents and analysis)."""
+        return list(self._require_session().results)
 
     # ------------------------------------------------------------ TextEnv API
     def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
-        index = seed % self.num_tasks if seed is not None else int(self.np_random.integers(self.num_tasks))
+        if seed is not None:
+            index = seed % self.num_tasks
+        else:  # upstream draws an unassigned session's goal by goal weight
+            weights = np.array([g.weight for g in self.goals])
+            index = int(self.np_random.choice(self.num_tasks, p=weights / weights.sum()))
         self._session = _Session(goal=self.goals[index])
         return self._render(), {"task": self._session.goal.instruction_text, "goal_index": index}
 
