@@ -253,3 +253,13 @@ def test_unseeded_reset_draws_goals_and_results_property(tiny_dir):
     assert drawn == {0, 1}
     step_ok(env, "search[shirt]")
     assert env.results == [SHIRT]
+
+
+@pytest.mark.parametrize("clicks, reward", [(["black", "large"], 10.0), (["white", "large"], 0.0)])
+def test_success_reward_mode(tiny_dir, clicks, reward):
+    env = tiny_env(tiny_dir, success_reward=10.0)
+    env.reset(seed=seed_of(env, SHIRT))
+    for action in ["search[shirt]", f"click[{SHIRT.lower()}]", *(f"click[{c}]" for c in clicks)]:
+        step_ok(env, action)
+    _, r, terminated, _, info = step_ok(env, "click[buy now]")
+    assert terminated and r == reward and info["score"] == pytest.approx(1.0 if reward else 0.8)

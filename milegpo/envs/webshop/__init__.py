@@ -26,7 +26,8 @@ Observations
     clicked X." lines first.
 Reward
     upstream's ``get_reward`` (:mod:`milegpo.envs.webshop.reward`), given once,
-    at the purchase; ``info["score"]`` is the raw score, ``won`` is score == 1.0.
+    at the purchase; ``info["score"]`` is the raw score, ``won`` is score == 1.0
+    (``success_reward=10`` gives the papers' 10-if-won reward instead).
     Invalid actions get ``-invalid_action_penalty`` (milegpo's convention;
     upstream ignores them with reward 0).
 Goals and splits

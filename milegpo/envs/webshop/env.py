@@ -91,6 +91,10 @@ class WebShopEnv(TextEnv):
     :param num_products: use only the first N products of the product file.
     :param show_attrs: show the item page's "Attributes" button, as upstream's option.
     :param spacy_model: use spaCy's nouns for the title score, as upstream (see :mod:`.reward`).
+    :param success_reward: None: the reward of a purchase is its score (upstream);
+        a number: the reward is that number for a purchase scoring 1.0 and 0
+        otherwise (the GiGPO/verl-agent setup uses 10). ``info["score"]`` is
+        always the raw score.
     :param max_episode_steps: horizon (15 in the papers' WebShop setup).
     :param invalid_action_penalty: reward subtracted for an invalid action.
     """
@@ -105,6 +109,7 @@ class WebShopEnv(TextEnv):
         num_products: int | None = None,
         show_attrs: bool = False,
         spacy_model: str | None = None,
+        success_reward: float | None = None,
         max_episode_steps: int = 15,
         invalid_action_penalty: float = 0.1,
         render_mode: str | None = None,
@@ -132,6 +137,7 @@ class WebShopEnv(TextEnv):
         self.observation_mode = observation_mode
         self.show_attrs = show_attrs
         self.spacy_model = spacy_model
+        self.success_reward = success_reward
         self._session: _Session | None = None
         self._score = 0.0
 
@@ -259,9 +265,11 @@ class WebShopEnv(TextEnv):
         session.page = replace(page, kind="done")
         self._score = score
         observation = self._render()
-        info = {"won": score == 1.0, "score": score, "reward_info": reward_info,
+        won = score == 1.0
+        info = {"won": won, "score": score, "reward_info": reward_info,
                 "purchased": {"asin": product.asin, "options": options}}
-        return observation, score, True, info
+        reward = score if self.success_reward is None else (self.success_reward if won else 0.0)
+        return observation, reward, True, info
 
     # --------------------------------------------------------------- render
     def _clickables(self) -> list[str]:
