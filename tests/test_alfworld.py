@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -182,3 +185,28 @@ def test_full_dataset_layout_is_used_unchanged(tmp_path, task_set, monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match="json_2.1.1"):
         ALFWorldEnv()
+
+
+_TRACE = """
+import json, random, sys
+from milegpo.envs.alfworld import ALFWorldEnv
+env = ALFWorldEnv(split="eval_id", data_root=sys.argv[1], expert_type="planner")
+rng, trace = random.Random(0), []
+for seed in (0, 1, 0):
+    obs, info = env.reset(seed=seed)
+    trace.append([obs, info["admissible_commands"], info["state_key"], info["expert_plan"]])
+    for _ in range(6):
+        obs, reward, _, _, info = env.step(rng.choice(info["admissible_commands"]))
+        trace.append([obs, reward, info["admissible_commands"], info["state_key"], info["expert_plan"]])
+print(json.dumps(trace))
+"""
+
+
+def test_engine_caches_do_not_change_the_game(task_set):
+    def run(disable: bool) -> list:
+        env = {**os.environ, "MILEGPO_ALFWORLD_NO_ENGINE_CACHE": "1" if disable else ""}
+        out = subprocess.run([sys.executable, "-c", _TRACE, str(task_set)], env=env, capture_output=True,
+                             text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run(disable=False) == run(disable=True)
