@@ -1,0 +1,100 @@
+"""LLMPolicy in generate mode: sampling log-probs, stopping, parsing of <action> replies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from milegpo.envs.core import TextSpace
+from milegpo.policies import ActionSample, LLMPolicy, parse_action, tiny_model
+
+TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
+INFO = {"task": "open the red box", "admissible_commands": ["go to kitchen", "open red box"]}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tiny_model(TEXTS, tmp_path_factory.mktemp("tiny") / "m", seed=2)
+
+
+def make_policy(path, **kwargs):
+    kwargs = {"mode": "generate", "max_new_tokens": 10, **kwargs}
+    return LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-2, model=path, **kwargs)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_old_logprobs_match_recomputation(tiny_dir, temperature):
+    policy = make_policy(tiny_dir, temperature=temperature, seed=3)
+    samples = policy.act(["you are in the hall ."] * 4, [INFO] * 4, [[("you see a red box", "go to kitchen")]] * 4)
+    logp, mask, entropy = policy.evaluate_actions(samples, with_entropy=True)
+    assert logp.shape == mask.shape == entropy.shape == (4, max(len(s.action_ids) for s in samples))
+    for i, s in enumerate(samples):
+        assert 1 <= len(s.action_ids) <= 10 and s.old_logprobs.shape == (len(s.action_ids),)
+        assert mask[i].sum() == len(s.action_ids)
+        np.testing.assert_allclose(logp[i, mask[i]].detach().numpy(), s.old_logprobs, atol=1e-5)
+        assert s.raw_text == policy.tokenizer.decode(s.action_ids, skip_special_tokens=True)
+    assert (entropy[mask] > 0).all()
+
+
+def test_sampling_is_seeded_and_greedy_is_deterministic(tiny_dir):
+    runs = [[s.action_ids for s in make_policy(tiny_dir, seed=9).act(["x"] * 3, [INFO] * 3, [[]] * 3)] for _ in range(2)]
+    assert runs[0] == runs[1]
+    greedy = make_policy(tiny_dir).act(["x"] * 3, [INFO] * 3, [[]] * 3, deterministic=True)
+    assert greedy[0].action_ids == greedy[1].action_ids == greedy[2].action_ids
+
+
+def test_learns_tagged_answer_and_stops_at_close_tag(tiny_dir):
+    """A few LoRA steps on one reply: greedy decoding then reproduces it and stops at </action>."""
+    torch.manual_seed(0)
+    policy = make_policy(tiny_dir, max_new_tokens=12)
+    prompt = policy.build_prompt("you are in the hall .", INFO, [])
+    reply = policy.tokenizer("<think>open red box</think><action>open red box</action>", add_special_tokens=False)["input_ids"]
+    target = ActionSample("open red box", prompt, reply, None, None, np.zeros(len(reply), np.float32), True)
+    policy.set_training_mode(True)
+    for _ in range(30):
+        logp, mask, _ = policy.evaluate_actions([target])
+        loss = -logp[mask].mean()
+        policy.optimizer.zero_grad()
+        loss.backward()
+        policy.optimizer.step()
+    assert loss.item() < 0.1
+    (sample,) = policy.act(["you are in the hall ."], [INFO], [[]], deterministic=True)
+    assert sample.action_ids == reply  # stopped right after </action>, not at max_new_tokens
+    assert sample.text == "open red box" and sample.parsed
+    assert sample.raw_text == "<think>open red box</think><action>open red box</action>"
+
+
+def test_think_instructions(tiny_dir):
+    text = make_policy(tiny_dir, think=True).tokenizer.decode(make_policy(tiny_dir, think=True).build_prompt("x", INFO, []))
+    assert "<think> </think>" in text and "<action> </action>" in text
+    plain = make_policy(tiny_dir).tokenizer.decode(make_policy(tiny_dir).build_prompt("x", INFO, []))
+    assert "<think>" not in plain and "<action> </action>" in plain
+
+
+@pytest.mark.parametrize(
+    ("reply", "action", "parsed"),
+    [
+        ("<action>go to kitchen</action>", "go to kitchen", True),
+        ("<think>the box is here</think> <action> open   red box </action>", "open red box", True),
+        ("<ACTION>Go To Kitchen</Action>", "Go To Kitchen", True),  # tags in any case, content kept
+        ("< action >go\nnorth</ action >", "go north", True),
+        ("<action>look</action> then <action>open red box</action>", "open red box", True),  # last tag wins
+        ("<action>look</action><action>open box", "look", True),  # an unclosed trailing tag is ignored
+        ("go to kitchen", "go to kitchen", False),  # no tag: raw text, invalid
+        ("<action></action>", "<action></action>", False),  # empty action
+        ("<think>go to kitchen</think>", "<think>go to kitchen</think>", False),
+        ("<action>open red box", "<action>open red box", False),  # never closed
+        ("", "", False),
+    ],
+)
+def test_parse_action(reply, action, parsed):
+    assert parse_action(reply) == (action, parsed)
+
+
+def test_unparsable_reply_goes_to_env_raw(tiny_dir):
+    policy = make_policy(tiny_dir, max_new_tokens=3, seed=1)
+    for s in policy.act(["x"] * 4, [INFO] * 4, [[]] * 4):
+        assert s.parsed == ("</action>" in s.raw_text)
+        if not s.parsed:
+            assert s.text == s.raw_text

@@ -1,0 +1,82 @@
+"""Batched, masked completion log-probs equal each sample scored alone (DESIGN §5)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from milegpo.policies import completion_logprobs, tiny_model
+
+TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def model(request, tmp_path_factory):
+    path = tiny_model(TEXTS, tmp_path_factory.mktemp(request.param), arch=request.param, seed=7)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def rows(vocab_size, seed=0):
+    """Prompts and completions of very different lengths (heavy left and right padding)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [(3, 5), (17, 1), (9, 8), (1, 2), (12, 3)]
+    prompts = [torch.randint(4, vocab_size, (p,), generator=g).tolist() for p, _ in lengths]
+    completions = [torch.randint(4, vocab_size, (c,), generator=g).tolist() for _, c in lengths]
+    return prompts, completions
+
+
+def alone(model, prompt, completion):
+    """The reference: one unpadded sequence, log_softmax over the full logits."""
+    ids = torch.tensor([prompt + completion])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+
+
+@torch.no_grad()
+def test_batched_equals_alone(model):
+    prompts, completions = rows(model.config.vocab_size)
+    logp, mask, entropy = completion_logprobs(model, prompts, completions, pad_id=1, with_entropy=True)
+    assert logp.shape == mask.shape == entropy.shape == (5, 8)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        assert mask[i].tolist() == [True] * len(c) + [False] * (8 - len(c))
+        torch.testing.assert_close(logp[i, : len(c)], alone(model, p, c), atol=1e-5, rtol=0)
+        assert (logp[i, len(c) :] == 0).all() and (entropy[i, len(c) :] == 0).all()
+    assert (entropy[mask] > 0).all()
+
+
+@torch.no_grad()
+def test_temperature_scales_logits(model):
+    prompts, completions = rows(model.config.vocab_size, seed=1)
+    hot, _, _ = completion_logprobs(model, prompts[:1], completions[:1], pad_id=1, temperature=2.0)
+    ids = torch.tensor([prompts[0] + completions[0]])
+    logits = model(input_ids=ids).logits[0, len(prompts[0]) - 1 : -1] / 2.0
+    ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completions[0])[:, None])[:, 0]
+    torch.testing.assert_close(hot[0], ref, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_position_ids_matter_with_left_padding(model):
+    """Without position_ids a left-padded row of an absolute-position model is scored wrongly."""
+    prompts, completions = rows(model.config.vocab_size, seed=2)
+    wrong, mask, _ = completion_logprobs(model, prompts, completions, pad_id=1, use_position_ids=False)
+    right, _, _ = completion_logprobs(model, prompts, completions, pad_id=1)
+    error = (wrong - right).abs()[mask].max().item()
+    if model.config.model_type == "gpt2":
+        assert error > 1e-3  # learned absolute positions: shifted positions change the scores
+    else:
+        assert error < 1e-4  # rotary positions are relative: a constant shift cancels out
+
+
+def test_gradients_flow_only_where_expected(model):
+    prompts, completions = rows(model.config.vocab_size, seed=3)
+    logp, mask, _ = completion_logprobs(model, prompts, completions, pad_id=1)
+    logp[mask].sum().backward()
+    grad = model.get_input_embeddings().weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    model.zero_grad(set_to_none=True)
+
+
+def test_rejects_empty_rows(model):
+    with pytest.raises(ValueError, match="non-empty"):
+        completion_logprobs(model, [[5, 6]], [[]], pad_id=1)
