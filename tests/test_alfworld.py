@@ -16,7 +16,7 @@ pytest.importorskip("alfworld")
 
 from milegpo.envs import make_env  # noqa: E402
 from milegpo.envs.alfworld import TASK_TYPES, ALFWorldEnv, ensure_task_set, generate_task_set  # noqa: E402
-from milegpo.envs.alfworld.generate import DEFAULT_GAMES_PER_TYPE, OOD_TARGETS  # noqa: E402
+from milegpo.envs.alfworld.generate import DEFAULT_GAMES_PER_TYPE, OOD_TARGETS, SEEN_SCENES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,8 @@ def test_splits_are_disjoint_and_sized(task_set):
         return {t["scene"]["scene_num"] for t in traj(split)}
 
     assert targets("eval_ood") <= OOD_TARGETS and not (targets("train") | targets("eval_id")) & OOD_TARGETS
-    assert scenes("eval_id") <= scenes("train") | scenes("eval_id") and not scenes("eval_ood") & scenes("train")
+    seen = {n for r in SEEN_SCENES.values() for n in r}
+    assert scenes("train") | scenes("eval_id") <= seen and not scenes("eval_ood") & seen
 
 
 def test_task_types_and_num_tasks_restrict_the_split(task_set):

@@ -178,6 +178,11 @@ class ALFWorldEnv(TextEnv):
             parts.append(" ".join(changes))
         return " | ".join(parts)
 
+    def close(self) -> None:
+        self._engine.close()
+        self._loaded_game, self._game_state = None, None
+        super().close()
+
     # ------------------------------------------------------------ helpers
     def _engine_info(self, state) -> dict[str, Any]:
         info: dict[str, Any] = {"task_type": self._task_type}
