@@ -99,7 +99,7 @@ class TextWorldEnv(TextEnv):
                                                  "score": self._score}
 
     def admissible_commands(self) -> list[str]:
-        return self._infos["admissible_commands"]
+        return list(self._infos["admissible_commands"])  # a copy: callers may edit the list in info
 
     def state_key(self) -> str:
         return " ".join(sorted(map(str, self._infos["facts"])))

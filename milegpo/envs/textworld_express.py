@@ -158,7 +158,7 @@ class TextWorldExpressEnv(TextEnv):
         self._commands = sorted(self._response["validActions"])
 
     def admissible_commands(self) -> list[str]:
-        return self._commands
+        return list(self._commands)  # a copy: callers may edit the list in info
 
     def state_key(self) -> str:
         response = self._response  # the engine's text is deterministic: no normalisation needed
