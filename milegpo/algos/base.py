@@ -235,12 +235,12 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     # ------------------------------------------------------------- setup
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
-        self.set_random_seed(self.seed)
-        self._rng = np.random.default_rng(np.random.SeedSequence([self.task_seed_base, 1]))
         if self.env is None:  # loaded for prediction only
             self.observation_space, self.action_space = TextSpace(), TextSpace()
         else:
             self.rollout_buffer = TextRolloutBuffer(self.env.num_envs, self.env.group_ids)
+        self.set_random_seed(self.seed)
+        self._rng = np.random.default_rng(np.random.SeedSequence([self.task_seed_base, 1]))
         self.credit_config = make_credit_config(self.credit_method, **self._credit_overrides())
         kwargs = dict(self.policy_kwargs)
         kwargs.setdefault("device", str(self.device))

@@ -1,0 +1,270 @@
+"""The group-RL trainer on a real tiny LM and the real House env (CPU, a few seconds each)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.logger import configure
+
+from milegpo.algos import (
+    ALGORITHMS,
+    GRPO,
+    CheckpointCallback,
+    CheckpointError,
+    GiGPO,
+    MileGPO,
+    evaluate,
+    evaluate_policy,
+    latest_checkpoint,
+)
+from milegpo.envs.house import HouseEnv
+from milegpo.envs.vec_env import make_vec_env
+from milegpo.policies import tiny_model
+
+HORIZON = 6
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    th.set_num_threads(1)
+    return tiny_model(HouseEnv.vocabulary(), tmp_path_factory.mktemp("tiny"), hidden_size=32, num_layers=1, num_heads=2)
+
+
+def house(n_tasks: int = 2, group_size: int = 2, split: str = "train", seed: int = 0):
+    return make_vec_env(HouseEnv, n_tasks=n_tasks, group_size=group_size, seed=seed,
+                        env_kwargs={"split": split, "max_episode_steps": HORIZON})
+
+
+def policy_kwargs(path: str, **extra) -> dict:
+    return {"model": path, "mode": "choose", "history_length": 0, "prompt_template": "{observation}",
+            "temperature": 5.0, **extra}
+
+
+def make(cls, path: str, env=None, **kwargs):
+    kwargs = {"learning_rate": 1e-2, "seed": 0, **kwargs}
+    return cls("LLMPolicy", env if env is not None else house(), policy_kwargs=policy_kwargs(path), **kwargs)
+
+
+def params(model) -> dict[str, th.Tensor]:
+    return {name: p.detach().clone() for name, p in model.policy.model.named_parameters()}
+
+
+def test_learn_changes_only_lora_weights_and_logs_one_row_per_iteration(model_path: str, tmp_path: Path) -> None:
+    model = make(MileGPO, model_path, batch_size=8)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    before = params(model)
+    model.learn(total_timesteps=2 * 2 * 2 * HORIZON)  # at most 2 iterations of 4 episodes of <= 6 steps
+    after = params(model)
+    lora = {n for n, p in model.policy.model.named_parameters() if p.requires_grad}
+    assert lora and all("lora_" in n for n in lora)
+    assert any(not th.equal(before[n], after[n]) for n in lora)
+    assert all(th.equal(before[n], after[n]) for n in before if n not in lora)
+    assert model._iterations >= 1 and model._n_updates >= model._iterations
+    # timesteps are env steps of active envs: the buffer's steps of the last rollout are among them
+    assert model.num_timesteps % 1 == 0 and model.rollout_buffer.num_steps <= model.num_timesteps
+
+    rows = (tmp_path / "progress.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    for key in ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/ep_len_mean", "rollout/invalid_action_rate",
+                "rollout/env_errors", "train/loss", "train/pg_loss", "train/entropy", "train/clip_fraction",
+                "train/grad_norm", "train/skipped_steps", "time/rollout_tokens_per_s", "time/update_tokens_per_s",
+                "time/env_steps_per_s", "credit/ties_broken", "credit/sign_flip_frac"):
+        assert key in header, key
+    assert len(rows) - 1 == model._iterations  # one row per iteration, dumped after its update
+    first = dict(zip(header, rows[1].split(",")))
+    assert first["train/loss"] != "" and first["rollout/success_rate"] != ""
+    lines = (tmp_path / "credit_diagnostics.jsonl").read_text().splitlines()
+    assert len(lines) == model._iterations
+    row = json.loads(lines[0])
+    assert row["method"] == "milegpo" and "milestones" in row["diagnostics"]
+
+
+def test_timesteps_count_only_active_env_steps(model_path: str) -> None:
+    model = make(GRPO, model_path)
+    model.learn(total_timesteps=1)  # exactly one rollout
+    lengths = [len(t.steps) for t in model.rollout_buffer.trajectories]
+    assert model._iterations == 1 and model.num_timesteps == sum(lengths)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_plugs_into_the_same_trainer(model_path: str, name: str) -> None:
+    cls = ALGORITHMS[name]
+    model = make(cls, model_path, credit_preset="alfworld")
+    assert model.credit_method == name
+    model.learn(total_timesteps=1)
+    advantages = model.rollout_buffer.advantages
+    assert advantages is not None and len(advantages) == model.rollout_buffer.num_steps
+    assert np.all(np.isfinite(advantages)) and model._n_updates == 1
+
+
+def test_credit_kwargs_and_presets_reach_the_credit_config(model_path: str) -> None:
+    model = make(MileGPO, model_path, credit_preset="webshop", credit_kwargs={"eta": 0.0})
+    assert model.credit_config.eta == 0.0 and model.credit_config.theta_m == 0.5  # preset, then override
+    with pytest.raises(ValueError, match="no field"):
+        make(GiGPO, model_path, credit_kwargs={"no_such_field": 1})
+    with pytest.raises(ValueError, match="credit_preset"):
+        make(MileGPO, model_path, credit_preset="atari")
+
+
+def test_wrong_env_and_non_plain_policy_kwargs_are_refused(model_path: str) -> None:
+    with pytest.raises(TypeError, match="make_vec_env"):
+        MileGPO("LLMPolicy", HouseEnv(), policy_kwargs=policy_kwargs(model_path))
+    with pytest.raises(TypeError, match="make_vec_env"):
+        MileGPO("LLMPolicy", "milegpo/House-v0", policy_kwargs=policy_kwargs(model_path))
+    with pytest.raises(TypeError, match="plain values"):
+        MileGPO("LLMPolicy", house(), policy_kwargs={**policy_kwargs(model_path), "model": object()})
+
+
+def test_non_finite_loss_skips_the_step(model_path: str, caplog: pytest.LogCaptureFixture) -> None:
+    model = make(GRPO, model_path)
+    model.learn(total_timesteps=1)
+    before = params(model)
+    state = {k: v.clone() for k, v in model.optimizer.state_dict()["state"][0].items()}
+    model.rollout_buffer.advantages[0] = np.nan  # a NaN advantage makes the loss NaN
+    with caplog.at_level(logging.WARNING, logger="milegpo.algos.base"):
+        model.train()
+    assert "optimizer step skipped" in caplog.text
+    assert model._skipped_steps == 1 and model._n_updates == 1  # the first update happened, this one not
+    after = params(model)
+    assert all(th.equal(before[n], after[n]) for n in before)
+    assert all(th.equal(v, model.optimizer.state_dict()["state"][0][k]) for k, v in state.items())
+
+
+def test_gradient_accumulation_matches_one_pass(model_path: str) -> None:
+    model = make(MileGPO, model_path, learning_rate=0.0, loss_agg="seq-mean-token-mean")
+    model.learn(total_timesteps=1)
+    buffer = model.rollout_buffer
+    rows = np.arange(buffer.num_steps)
+    grads = []
+    for budget in (10**9, 1):  # one forward pass, then one step per micro-batch
+        model.micro_batch_tokens = budget
+        ok, info = model._optimizer_step(rows, buffer.samples, buffer.advantages, buffer.row_tokens())
+        assert ok
+        grads.append([p.grad.clone() for p in model.policy.trainable_parameters()])
+    for g1, g2 in zip(*grads):
+        th.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-4)
+
+
+def test_kl_to_reference_is_zero_at_the_start(model_path: str) -> None:
+    model = make(MileGPO, model_path, kl_coef=0.05, learning_rate=0.0)
+    model.learn(total_timesteps=1)
+    buffer = model.rollout_buffer
+    ok, info = model._optimizer_step(np.arange(buffer.num_steps), buffer.samples, buffer.advantages, buffer.row_tokens())
+    assert ok and info["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at 0: policy == reference
+    assert info["approx_kl"] == pytest.approx(0.0, abs=1e-6) and info["clip_fraction"] == 0.0
+
+
+def test_save_load_gives_identical_logprobs_and_resumes_counters(model_path: str, tmp_path: Path) -> None:
+    model = make(MileGPO, model_path, credit_preset="alfworld")
+    model.learn(total_timesteps=1)
+    model.learn(total_timesteps=1, reset_num_timesteps=False)
+    samples = model.rollout_buffer.samples
+    model.save(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["adapter", "config.json", "optimizer.pt"]
+
+    loaded = MileGPO.load(tmp_path / "ckpt", env=house())
+    with th.no_grad():
+        lp1, _, _ = model.policy.evaluate_actions(samples)
+        lp2, _, _ = loaded.policy.evaluate_actions(samples)
+    th.testing.assert_close(lp1, lp2, atol=1e-6, rtol=0)
+    assert (loaded.num_timesteps, loaded._n_updates, loaded._iterations) == (
+        model.num_timesteps, model._n_updates, model._iterations)
+    assert loaded.credit_preset == "alfworld" and loaded.learning_rate == model.learning_rate
+    s1, s2 = model.optimizer.state_dict()["state"], loaded.optimizer.state_dict()["state"]
+    assert s1.keys() == s2.keys() and all(th.equal(s1[k]["exp_avg"], s2[k]["exp_avg"]) for k in s1)
+
+    # resuming continues from the saved step: same next tasks, counters go on
+    steps = model.num_timesteps
+    model.learn(total_timesteps=1, reset_num_timesteps=False)
+    loaded.learn(total_timesteps=1, reset_num_timesteps=False)
+    assert [t.task_seed for t in model.rollout_buffer.trajectories] == [t.task_seed for t in loaded.rollout_buffer.trajectories]
+    assert loaded.num_timesteps > steps and loaded._iterations == 3
+
+
+def test_save_is_atomic_and_overwrites(model_path: str, tmp_path: Path) -> None:
+    model = make(GRPO, model_path)
+    model.save(tmp_path / "ckpt")
+    model.num_timesteps = 123
+    model.save(tmp_path / "ckpt")
+    assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["counters"]["num_timesteps"] == 123
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary directories left
+
+
+def _tamper_config(path: Path, edit) -> None:
+    config = json.loads((path / "config.json").read_text())
+    edit(config)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def test_corrupt_or_mismatching_checkpoints_are_refused(model_path: str, tmp_path: Path) -> None:
+    import shutil
+
+    model = make(MileGPO, model_path)
+    good = tmp_path / "good"
+    model.save(good)
+
+    def copy(name: str) -> Path:
+        target = tmp_path / name
+        shutil.copytree(good, target)
+        return target
+
+    with pytest.raises(CheckpointError, match="no checkpoint directory"):
+        MileGPO.load(tmp_path / "missing", env=house())
+    broken = copy("no_optimizer")
+    (broken / "optimizer.pt").unlink()
+    with pytest.raises(CheckpointError, match="missing optimizer.pt"):
+        MileGPO.load(broken, env=house())
+    broken = copy("bad_json")
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt config.json"):
+        MileGPO.load(broken, env=house())
+    broken = copy("bad_weights")
+    (broken / "adapter" / "adapter_model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match="does not fit"):
+        MileGPO.load(broken, env=house())
+    broken = copy("bad_optimizer")
+    (broken / "optimizer.pt").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="optimizer state"):
+        MileGPO.load(broken, env=house())
+    broken = copy("other_rank")  # the policy is built with r=4, the adapter has r=8
+    _tamper_config(broken, lambda c: c["policy"]["kwargs"].update(lora={"r": 4}))
+    with pytest.raises(CheckpointError, match="does not fit"):
+        MileGPO.load(broken, env=house())
+    broken = copy("other_base")
+    _tamper_config(broken, lambda c: c["base_model"].update(hidden_size=4096))
+    with pytest.raises(CheckpointError, match="base model"):
+        MileGPO.load(broken, env=house())
+    with pytest.raises(CheckpointError, match="saved by MileGPO"):
+        GRPO.load(good, env=house())
+    # the good one still loads, also without an env (prediction only)
+    assert MileGPO.load(good).env is None
+
+
+def test_checkpoint_callback_keeps_the_last_and_a_killed_run_resumes(model_path: str, tmp_path: Path) -> None:
+    model = make(GRPO, model_path)
+    folder = tmp_path / "ckpts"
+    model.learn(total_timesteps=3 * 24, callback=CheckpointCallback(1, folder, keep_last=1))
+    kept = [p.name for p in folder.iterdir()]
+    assert kept == [f"checkpoint_{model.num_timesteps}_steps"]
+    last = latest_checkpoint(folder)
+    resumed = GRPO.load(last, env=house())
+    assert resumed.num_timesteps == model.num_timesteps and resumed._iterations == model._iterations
+
+
+def test_evaluate_on_held_out_tasks(model_path: str) -> None:
+    model = make(MileGPO, model_path)
+    env = house(n_tasks=2, group_size=1, split="eval_id")
+    result = evaluate(model, env, n_episodes=3)
+    assert result["n_episodes"] == 3 and [t["task_seed"] for t in result["per_task"]] == [0, 1, 2]
+    assert 0.0 <= result["success_rate"] <= 1.0 and 1 <= result["mean_length"] <= HORIZON
+    again = evaluate(model.policy, env, task_seeds=[0, 1, 2])  # greedy on a deterministic env: the same
+    assert again["per_task"] == result["per_task"]
+    mean, std = evaluate_policy(model, env, n_eval_episodes=2)
+    assert np.isfinite(mean) and std >= 0
+    with pytest.raises(ValueError, match="exactly one"):
+        evaluate(model, env)
