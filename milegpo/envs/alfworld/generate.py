@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: Bump when the generated games change: the cache folder is keyed by it.
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -183,7 +183,7 @@ class _SceneBuilder:
 
     def place_lamp(self) -> str:
         stands = [r for r in self.receptacles if r.type in LAMP_STANDS]
-        lamp = self.rng.choice(LAMPS) if any(r.type != "Desk" for r in stands) else "DeskLamp"
+        lamp = self.rng.choice(LAMPS)
         self.objects.append((_Entity(_entity_id(lamp, self.rng), lamp), self.rng.choice(stands)))
         return lamp
 
