@@ -229,6 +229,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self._skipped_steps = 0
         self._dump_pending = False
         self._rollout_log: dict[str, float] = {}
+        self._last_update_stats: dict[str, float] = {}
         if _init_setup_model:
             self._setup_model()
 
@@ -332,7 +333,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                     rollout_buffer.add_reset_error(i, str(info["env_error"]))
             histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
             callback.on_rollout_start()
-            start, policy_time, tokens = time.perf_counter(), 0.0, 0
+            start, policy_time, tokens, action_tokens = time.perf_counter(), 0.0, 0, 0
             while env.active.any():
                 active = np.flatnonzero(env.active)
                 t0 = time.perf_counter()
@@ -350,6 +351,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                                        new_infos[i])
                     histories[i].append((str(obs[i]), samples[k].text))
                     tokens += step_tokens(samples[k])
+                    action_tokens += len(samples[k].action_ids)
                     if dones[i]:
                         self._record_episode(rollout_buffer, int(i))
                 obs, infos = new_obs, new_infos
@@ -374,6 +376,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             "time/credit_s": credit_time,
             "time/env_steps_per_s": stats["steps"] / max(rollout_time, 1e-9),
             "time/rollout_tokens_per_s": tokens / max(policy_time, 1e-9),
+            "time/action_tokens_per_s": action_tokens / max(policy_time, 1e-9),
         }
         if credit is not None:
             for key, value in credit.diagnostics.items():
@@ -443,8 +446,10 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.logger.record("train/skipped_steps", skipped)
         self.logger.record("train/skipped_steps_total", self._skipped_steps)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self._last_update_stats = {"update_s": update_time, "update_tokens_per_s": tokens_done / max(update_time, 1e-9),
+                                   "optimizer_steps": steps, "skipped_steps": skipped}
         self.logger.record("time/update_s", update_time)
-        self.logger.record("time/update_tokens_per_s", tokens_done / max(update_time, 1e-9))
+        self.logger.record("time/update_tokens_per_s", self._last_update_stats["update_tokens_per_s"])
         if self._dump_pending:
             self.logger.dump(step=self.num_timesteps)
             self._dump_pending = False
