@@ -211,3 +211,17 @@ def test_engine_caches_do_not_change_the_game(task_set):
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     assert run(disable=False) == run(disable=True)
+
+
+def test_engine_leaves_sys_argv_alone(task_set, monkeypatch):
+    from textworld.envs.pddl import logic as pddl_logic
+
+    from milegpo.envs.alfworld import speedups
+
+    if not speedups.install():
+        pytest.skip("engine caches disabled by MILEGPO_ALFWORLD_NO_ENGINE_CACHE")
+    game = json.loads(Path(ALFWorldEnv(split="eval_ood", data_root=task_set).game_files[0]).read_text())
+    monkeypatch.setattr(sys, "argv", ["train.py", "--lr", "1e-6"])
+    # a problem text no test translated before, so fast-downward really runs
+    pddl_logic.fast_downward.pddl2sas(game["pddl_domain"], game["pddl_problem"] + "\n; argv test\n")
+    assert sys.argv == ["train.py", "--lr", "1e-6"]

@@ -14,7 +14,9 @@ functions of their text input, so we cache them in-process:
   (domain + problem -> translated task): cached per input; the result is only
   read afterwards (the planner state is rebuilt from it on every reset).
 
-Observations, admissible commands and plans are unchanged (tested). Set
+The translation wrapper also restores ``sys.argv``, which fast-downward's
+``pddl2sas`` overwrites. Observations, admissible commands and plans are
+unchanged (tested). Set
 ``MILEGPO_ALFWORLD_NO_ENGINE_CACHE=1`` to run the engine unmodified.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import sys
 
 _TRANSLATION_CACHE_SIZE = 64
 _TEMPLATE_CACHE_SIZE = 4096
@@ -37,7 +40,11 @@ class _CachedTranslation:
         self.pddl2sas = functools.lru_cache(maxsize=_TRANSLATION_CACHE_SIZE)(self._translate)
 
     def _translate(self, domain: str, problem: str, verbose: bool = False, optimize: bool = False):
-        return self._module.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+        argv = sys.argv  # fast-downward's pddl2sas rebinds sys.argv; give the caller's back
+        try:
+            return self._module.pddl2sas(domain, problem, verbose=verbose, optimize=optimize)
+        finally:
+            sys.argv = argv
 
     def __getattr__(self, name: str):
         return getattr(self._module, name)
