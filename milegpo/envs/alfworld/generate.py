@@ -154,18 +154,24 @@ class _SceneBuilder:
         self.rng = rng
         # The layout (which receptacles, where) depends on the scene number only, like an ALFRED floor plan.
         layout_rng = random.Random(f"layout-{scene_num}")
+        self._ids: set[str] = set()
         self.receptacles: list[_Entity] = []
         for rtype, (low, high) in ROOM_RECEPTACLES[room].items():
             for _ in range(layout_rng.randint(low, high)):
-                if rtype in ("SinkBasin", "BathtubBasin"):
-                    base = rtype.replace("Basin", "")
-                    rid = _entity_id(base, layout_rng, suffix=f"_bar_{rtype}")
+                if rtype in ("SinkBasin", "BathtubBasin"):  # ALFRED names basins "Sink|x|y|z|SinkBasin"
+                    rid = self._new_id(rtype.replace("Basin", ""), layout_rng, suffix=f"_bar_{rtype}")
                 else:
-                    rid = _entity_id(rtype, layout_rng)
+                    rid = self._new_id(rtype, layout_rng)
                 self.receptacles.append(_Entity(rid, rtype))
         self.locations = {r.id: _location_id(i, layout_rng) for i, r in enumerate(self.receptacles)}
         self.start_location = _location_id(len(self.receptacles), layout_rng)
         self.objects: list[tuple[_Entity, _Entity]] = []  # (object, receptacle it is in)
+
+    def _new_id(self, type_name: str, rng: random.Random, suffix: str = "") -> str:
+        while (eid := _entity_id(type_name, rng, suffix)) in self._ids:
+            pass
+        self._ids.add(eid)
+        return eid
 
     def receptacles_of(self, rtype: str) -> list[_Entity]:
         return [r for r in self.receptacles if r.type == rtype]
@@ -179,12 +185,12 @@ class _SceneBuilder:
         holders = self.holders(otype, exclude)
         if not holders:
             raise ValueError(f"no receptacle in a {self.room} can hold a {otype}")
-        self.objects.append((_Entity(_entity_id(otype, self.rng), otype), self.rng.choice(holders)))
+        self.objects.append((_Entity(self._new_id(otype, self.rng), otype), self.rng.choice(holders)))
 
     def place_lamp(self) -> str:
         stands = [r for r in self.receptacles if r.type in LAMP_STANDS]
         lamp = self.rng.choice(LAMPS)
-        self.objects.append((_Entity(_entity_id(lamp, self.rng), lamp), self.rng.choice(stands)))
+        self.objects.append((_Entity(self._new_id(lamp, self.rng), lamp), self.rng.choice(stands)))
         return lamp
 
     def problem(self, name: str, goal_pddl: str) -> str:
