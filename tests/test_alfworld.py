@@ -225,3 +225,21 @@ def test_engine_leaves_sys_argv_alone(task_set, monkeypatch):
     # a problem text no test translated before, so fast-downward really runs
     pddl_logic.fast_downward.pddl2sas(game["pddl_domain"], game["pddl_problem"] + "\n; argv test\n")
     assert sys.argv == ["train.py", "--lr", "1e-6"]
+
+
+def test_envs_in_one_process_keep_separate_engine_states(task_set):
+    a, b = ALFWorldEnv(data_root=task_set), ALFWorldEnv(data_root=task_set)
+    info_a, info_b = a.reset(seed=0)[1], b.reset(seed=1)[1]
+    trace_a, actions = [], []
+    for i in range(3):  # interleave steps on two different games
+        actions.append(info_a["admissible_commands"][i])
+        obs, _, _, _, info_a = a.step(actions[-1])
+        trace_a.append((obs, info_a["state_key"], info_a["admissible_commands"]))
+        info_b = b.step(info_b["admissible_commands"][-1 - i])[4]
+    solo = ALFWorldEnv(data_root=task_set)
+    solo.reset(seed=0)
+    replay = []
+    for action in actions:
+        obs, _, _, _, info = solo.step(action)
+        replay.append((obs, info["state_key"], info["admissible_commands"]))
+    assert replay == trace_a
