@@ -29,6 +29,8 @@ class CounterEnv(TextEnv):
         self.greeting = "hi"
 
     def _reset(self, seed, options):
+        if seed == 99:
+            raise ValueError("no such task")
         task = (seed or 0) % self.num_tasks
         self.value, self.goal = task % 10, task % 10 + 2
         return self._text(), {"task": f"reach {self.goal}"}
@@ -146,6 +148,17 @@ def test_env_exception_in_process_truncates_only_that_env(venv):
     assert venv.active.all() and obs[5] == "counter at 1"
 
 
+def test_env_exception_in_reset_leaves_only_that_group_inactive(venv):
+    obs = venv.reset_groups([1, 99, 2])
+    assert venv.active.tolist() == [True] * 4 + [False] * 4 + [True] * 4
+    assert all("ValueError: no such task" in info["env_error"] for info in venv.reset_infos[4:8])
+    assert list(obs[4:8]) == [""] * 4
+    _, rewards, dones, infos = venv.step(["inc"] * 12)
+    assert dones[4:8].all() and infos[4]["inactive"] and rewards[4] == 0.0 and not dones[:4].any()
+    venv.reset_groups([1, 2, 3])
+    assert venv.active.all()
+
+
 def test_unknown_env_id_lists_ids():
     with pytest.raises(UnknownEnvError, match="milegpo/House-v0"):
         make_vec_env("milegpo/NoSuchEnv-v0")
@@ -225,3 +238,24 @@ class HangingEnv(CounterEnv):
 
     def admissible_commands(self):
         return [*super().admissible_commands(), "hang"]
+
+
+def test_subprocess_house_equals_in_process():
+    def trace(venv):
+        rng = np.random.default_rng(3)
+        out = [venv.reset().tolist(), venv.task_seeds.tolist()]
+        infos = venv.reset_infos
+        for _ in range(12):
+            actions = [str(rng.choice(i["admissible_commands"])) if i.get("admissible_commands") else "" for i in infos]
+            obs, rewards, dones, infos = venv.step(actions)
+            out.append((obs.tolist(), rewards.tolist(), dones.tolist(), [i.get("state_key") for i in infos]))
+        return out
+
+    local = make_vec_env("milegpo/House-v0", n_tasks=2, group_size=2, seed=5)
+    remote = make_vec_env("milegpo/House-v0", n_tasks=2, group_size=2, seed=5, subprocess=True, n_workers=2,
+                          start_method="spawn")
+    try:
+        assert trace(local) == trace(remote)
+    finally:
+        local.close()
+        remote.close()

@@ -26,6 +26,13 @@ Use with SB3-style code::
         actions = [info["admissible_commands"][0] for info in infos]  # your policy
         obs, rewards, dones, infos = venv.step(actions)
 
+With ``subprocess=True`` the workers are started with "forkserver" or "spawn"
+(never "fork"), so a script must guard its entry point with
+``if __name__ == "__main__":`` and the env factory must be picklable by
+cloudpickle (a registered id, a class, a function or a lambda all are). SB3's
+``VecMonitor`` does not apply (inactive envs report ``done`` on every step):
+the trainer counts episodes itself.
+
 Plain Gymnasium users: ``infos`` of :meth:`reset` are in ``venv.reset_infos``;
 ``terminated``/``truncated`` of a step are ``info["terminated"]`` and
 ``info["TimeLimit.truncated"]`` (``dones`` is their ``or``); each env is a plain
@@ -152,14 +159,16 @@ class _ProcessWorker:
         self._kill()
         self._start()
 
-    def close(self) -> None:
+    def close(self, wait: float = 5.0) -> None:
+        """Ask the worker to close its envs; kill it if it does not finish within ``wait`` seconds."""
         if self.process.is_alive():
             self.send("close")
             try:
-                self.recv()
-            except EnvWorkerError:
+                if self._send_error is None and self.conn.poll(wait):
+                    self.conn.recv()
+            except (EOFError, OSError):
                 pass
-            self.process.join(timeout=5)
+            self.process.join(timeout=wait)
         self._kill()
 
     def _exit_text(self) -> str:
