@@ -52,7 +52,7 @@ def _require_alfworld():
         import textworld  # noqa: F401
     except ImportError as err:  # pragma: no cover - exercised only without the extra
         raise ImportError("milegpo/ALFWorld-v0 needs the alfworld engine: pip install 'milegpo[alfworld]' "
-                          "(alfworld==0.4.2; it compiles the fast-downward planner, which needs cmake and g++)") from err
+                          "(alfworld==0.4.2; it compiles the fast-downward planner: needs cmake and g++)") from err
 
 
 class ALFWorldEnv(TextEnv):
