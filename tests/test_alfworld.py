@@ -47,6 +47,13 @@ def test_planner_expert_wins_every_task_type(task_set, task_type):
     assert info["score"] == 1.0 and steps < env.max_episode_steps
 
 
+def test_handcoded_expert_is_attached_and_wins_a_simple_game(task_set):
+    # alfworld 0.4.2's init_env passes the expert type in the wrong slot; the adapter attaches it itself.
+    env = ALFWorldEnv(task_types=["pick_and_place_simple"], data_root=task_set, expert_type="handcoded")
+    info, rewards, _ = _play_expert(env, seed=0)
+    assert info["won"] and rewards[-1] == 10.0
+
+
 def test_ood_game_is_winnable_and_reward_configurable(task_set):
     env = ALFWorldEnv(split="eval_ood", data_root=task_set, expert_type="planner", success_reward=1.0)
     info, rewards, _ = _play_expert(env, seed=1)
