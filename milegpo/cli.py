@@ -117,6 +117,94 @@ def _play_episode(env: Any, env_id: str, seed: int, stdin: TextIO, stdout: TextI
             return True
 
 
+# ---------------------------------------------------------------------- train
+#: command-line flag -> TrainConfig field (flags left unset keep the config's value)
+TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
+    "--algo": ("algo", str, "milegpo | graphgpo | gigpo | grpo"),
+    "--env": ("env", str, "registered env id"),
+    "--model": ("model", str, "hub name or local path of a causal LM (default: an offline tiny model)"),
+    "--mode": ("mode", str, "choose (score admissible commands) | generate (free text + <action>)"),
+    "--group-size": ("group_size", int, "rollouts per task (K)"),
+    "--n-tasks": ("n_tasks", int, "tasks per iteration"),
+    "--steps": ("total_timesteps", int, "env-step budget"),
+    "--lr": ("learning_rate", float, "AdamW learning rate"),
+    "--lora-r": ("lora_r", int, "LoRA rank"),
+    "--kl-coef": ("kl_coef", float, "k3 KL weight to the reference policy"),
+    "--credit-preset": ("credit_preset", str, "alfworld | webshop (MileGPO's per-env hyperparameters)"),
+    "--n-eval-tasks": ("n_eval_tasks", int, "held-out tasks per eval split"),
+    "--device": ("device", str, "auto | cpu | cuda"),
+    "--seed": ("seed", int, "random seed"),
+}
+
+TRAIN_CHOICES = {"algo": ("milegpo", "graphgpo", "gigpo", "grpo"), "mode": ("choose", "generate")}
+
+
+@subcommand
+def _train_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train an agent (no arguments: the CPU demo, MileGPO on milegpo/House-v0)",
+        description="Train MileGPO (or a baseline) and write a run folder with logs, plots and checkpoints.",
+    )
+    parser.add_argument("--config", help="JSON file of TrainConfig fields (flags override it)")
+    for flag, (field, kind, help_text) in TRAIN_FLAGS.items():
+        parser.add_argument(flag, dest=field, type=kind, default=None, help=help_text, choices=TRAIN_CHOICES.get(field))
+    parser.add_argument("--env-kwargs", type=env_kwargs_type, default=None, help="JSON object of env constructor arguments")
+    parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<algo>-<env>-<time>)")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue a run from its last checkpoint")
+    parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from milegpo.algos.checkpoint import CheckpointError
+    from milegpo.envs import UnknownEnvError
+    from milegpo.train import CONFIG_FILE, TrainConfig, train
+
+    try:
+        if args.resume:
+            config = TrainConfig.from_file(f"{args.resume}/{CONFIG_FILE}")
+        elif args.config:
+            config = TrainConfig.from_file(args.config)
+        else:
+            config = TrainConfig()
+        overrides = {field: getattr(args, field) for field, _, _ in TRAIN_FLAGS.values() if getattr(args, field) is not None}
+        if args.env_kwargs is not None:
+            overrides["env_kwargs"] = args.env_kwargs
+        config = TrainConfig.from_dict({**config.__dict__, **overrides})
+        train(config, run_dir=args.resume or args.run_dir, resume=bool(args.resume), progress_bar=not args.no_progress_bar)
+    except (ValueError, FileNotFoundError, UnknownEnvError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# ----------------------------------------------------------------------- eval
+@subcommand
+def _eval_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("eval", help="evaluate a run folder on held-out tasks",
+                                   description="Greedy success of a trained run on eval splits.")
+    parser.add_argument("run_dir", help="a folder written by `milegpo train`")
+    parser.add_argument("--split", action="append", default=None, help="eval split (repeatable; default: the run's)")
+    parser.add_argument("--n-tasks", type=int, default=None, help="tasks per split (default: the run's n_eval_tasks)")
+    parser.set_defaults(func=run_eval)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from milegpo.algos.checkpoint import CheckpointError
+    from milegpo.train import evaluate_model, load_run
+
+    try:
+        config, model = load_run(args.run_dir)
+        results = evaluate_model(model, config, splits=args.split, n_tasks=args.n_tasks)
+    except (ValueError, FileNotFoundError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for split, result in results.items():
+        print(f"{split}: success {result['success_rate']:.3f}, mean return {result['mean_return']:.2f}, "
+              f"mean length {result['mean_length']:.1f} over {result['n_episodes']} tasks")
+    return 0
+
+
 # ---------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="milegpo", description="Train long-horizon LLM agents with MileGPO.")
