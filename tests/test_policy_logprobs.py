@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from milegpo.policies import completion_logprobs, tiny_model
+from milegpo.policies.llm_policy import candidate_logprobs
 
 TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
 
@@ -80,3 +81,20 @@ def test_gradients_flow_only_where_expected(model):
 def test_rejects_empty_rows(model):
     with pytest.raises(ValueError, match="non-empty"):
         completion_logprobs(model, [[5, 6]], [[]], pad_id=1)
+
+
+@torch.no_grad()
+def test_shared_prompt_candidates_equal_flat_rows(model):
+    """candidate_logprobs (prompt run once, KV cache shared) == every (prompt, candidate) row scored flat."""
+    g = torch.Generator().manual_seed(4)
+    v = model.config.vocab_size
+    prompts = [torch.randint(4, v, (k,), generator=g).tolist() for k in (3, 11, 6)]
+    candidates = [[torch.randint(4, v, (k,), generator=g).tolist() for k in ks] for ks in ((2, 5), (1,), (4, 3, 6))]
+    shared, mask = candidate_logprobs(model, prompts, candidates, pad_id=1)
+    flat_p = [p for p, cands in zip(prompts, candidates) for _ in cands]
+    flat_c = [c for cands in candidates for c in cands]
+    flat, flat_mask, _ = completion_logprobs(model, flat_p, flat_c, pad_id=1)
+    assert torch.equal(mask, flat_mask)
+    torch.testing.assert_close(shared, flat, atol=1e-5, rtol=0)
+    for r, (p, c) in enumerate(zip(flat_p, flat_c)):
+        torch.testing.assert_close(shared[r, : len(c)], alone(model, p, c), atol=1e-5, rtol=0)

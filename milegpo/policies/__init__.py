@@ -7,6 +7,7 @@
 from milegpo.policies.llm_policy import ActionSample, LLMPolicy, completion_logprobs
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import PROMPT_TEMPLATES, PromptBuilder
+from milegpo.policies.smollm import smollm2_path
 from milegpo.policies.tiny import build_word_tokenizer, tiny_model
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "build_word_tokenizer",
     "completion_logprobs",
     "parse_action",
+    "smollm2_path",
     "tiny_model",
 ]
