@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from milegpo.envs.core import TextSpace
-from milegpo.policies import LLMPolicy, tiny_model
+from milegpo.policies import LLMPolicy, completion_logprobs, tiny_model
 from milegpo.policies.tiny import TAG_TOKENS
 
 TEXTS = ["You are in the kitchen. You see a fridge 1 and a table 2.", "go to hall", "open fridge 1",
@@ -99,3 +99,18 @@ def test_prompt_shows_history_commands_and_instructions(tiny_dir):
     assert "'go to hall', 'open fridge 1'" in text and "Answer with one of the admissible actions." in text
     assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
     assert not any(tag in text for tag in TAG_TOKENS)
+
+
+@pytest.mark.parametrize("candidate_score", ["sum", "mean"])
+def test_choice_probability_from_candidate_likelihoods(tiny_dir, candidate_score):
+    """log pi(chosen) = log_softmax(score / T) with score = sum (or mean) of the candidate's token log-probs."""
+    policy = make_policy(tiny_dir, temperature=1.5, candidate_score=candidate_score)
+    (sample,) = policy.act(["You are in the kitchen."], [infos(3)[2]], [[]])
+    with torch.no_grad():
+        logp, mask, _ = completion_logprobs(policy.model, [sample.prompt_ids] * len(sample.candidate_ids),
+                                            sample.candidate_ids, policy.pad_id)  # fmt: skip
+    scores = logp.sum(-1) if candidate_score == "sum" else logp.sum(-1) / mask.sum(-1)
+    expected = torch.log_softmax(scores / 1.5, -1)[sample.chosen].item()
+    assert sample.old_logprobs[0] == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(ValueError, match="candidate_score"):
+        make_policy(tiny_dir, candidate_score="max")

@@ -11,7 +11,9 @@ Two action modes (DESIGN §3):
     the env lists its admissible commands; each candidate ``c`` is scored by the
     sum of its token log-probs ``s(c)`` (the command followed by the end-of-turn
     token) and the policy samples from ``softmax(s / temperature)``. One unit per
-    step: ``log pi(chosen)``.
+    step: ``log pi(chosen)``. ``candidate_score="mean"`` uses the mean token
+    log-prob instead, which removes the bias towards short commands (a random
+    tiny model gives a 4-token command ~1e-3 of the probability of a 3-token one).
 
 The reference policy for the KL term is the same model with the adapter disabled
 (``model.disable_adapter()``): no second copy in memory. Only the LoRA weights are
@@ -42,6 +44,7 @@ from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder
 
 MODES = ("choose", "generate")
+CANDIDATE_SCORES = ("sum", "mean")
 STOP_TEXT = "</action>"
 
 #: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
@@ -221,6 +224,8 @@ class LLMPolicy(BasePolicy):
     :param think: generate mode: ask for ``<think>…</think>`` before the action.
     :param seed: seeds the policy's own sampling generators.
     :param max_batch_tokens: padded tokens per forward pass when scoring (memory bound).
+    :param candidate_score: choose mode: ``"sum"`` (the sequence log-likelihood) or
+        ``"mean"`` (per-token mean: no preference for short commands).
     :param optimizer_class: optimizer over the LoRA parameters.
     :param optimizer_kwargs: its extra arguments.
     """
@@ -243,6 +248,7 @@ class LLMPolicy(BasePolicy):
         think: bool = False,
         seed: int = 0,
         max_batch_tokens: int = 16384,
+        candidate_score: str = "sum",
         optimizer_class: type[th.optim.Optimizer] = th.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
     ):
@@ -251,6 +257,8 @@ class LLMPolicy(BasePolicy):
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use deterministic=True for greedy), got {temperature}")
+        if candidate_score not in CANDIDATE_SCORES:
+            raise ValueError(f"candidate_score must be one of {CANDIDATE_SCORES}, got {candidate_score!r}")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         unknown = set(lora or {}) - set(DEFAULT_LORA)
@@ -269,6 +277,7 @@ class LLMPolicy(BasePolicy):
         self.think = think
         self.seed = seed
         self.max_batch_tokens = max_batch_tokens
+        self.candidate_score = candidate_score
 
         self._build_model()
         instructions = INSTRUCTIONS["choose"] if mode == "choose" else INSTRUCTIONS["think" if think else "generate"]
@@ -313,6 +322,7 @@ class LLMPolicy(BasePolicy):
             history_length=self.history_length, prompt_template=self.prompt_template,
             max_prompt_tokens=self.max_prompt_tokens, max_new_tokens=self.max_new_tokens,
             temperature=self.temperature, think=self.think, seed=self.seed, max_batch_tokens=self.max_batch_tokens,
+            candidate_score=self.candidate_score,
             optimizer_class=self.optimizer_class, optimizer_kwargs=self.optimizer_kwargs,
         )  # fmt: skip
         return data
@@ -427,7 +437,7 @@ class LLMPolicy(BasePolicy):
         return logps, ents
 
     def _candidate_scores(self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
-        """For each env, the summed log-likelihood (temperature 1) of each of its candidates.
+        """For each env, the score of each candidate: its summed (or mean) token log-prob at temperature 1.
 
         Each prompt is run once and its KV cache shared by its candidates
         (:func:`candidate_logprobs`), envs grouped in prompt-length order into
@@ -445,9 +455,11 @@ class LLMPolicy(BasePolicy):
                     break
                 end, n_rows, width = end + 1, n_rows + len(candidates[i]), w
             chunk = order[start:end]
-            logp, _ = candidate_logprobs(self.model, [prompts[i] for i in chunk], [candidates[i] for i in chunk], self.pad_id)
-            for i, sums in zip(chunk, logp.sum(-1).split([len(candidates[i]) for i in chunk])):
-                scores[i] = sums
+            logp, mask = candidate_logprobs(self.model, [prompts[i] for i in chunk], [candidates[i] for i in chunk],
+                                            self.pad_id)  # fmt: skip
+            row_scores = logp.sum(-1) if self.candidate_score == "sum" else logp.sum(-1) / mask.sum(-1)
+            for i, sc in zip(chunk, row_scores.split([len(candidates[i]) for i in chunk])):
+                scores[i] = sc
             start = end
         return scores
 

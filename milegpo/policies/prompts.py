@@ -169,7 +169,7 @@ class PromptBuilder:
         keep = len(observation)
         while keep > 0:
             keep = int(keep * min(0.9, self.max_prompt_tokens / len(ids)))
-            cut = observation[: keep // 2] + " ... " + observation[len(observation) - keep // 2 :] if keep else "..."
+            cut = _cut_middle(observation, keep)
             ids = self.encode(self.text(task, cut, history, commands, 0))
             if len(ids) <= self.max_prompt_tokens:
                 return ids
@@ -177,3 +177,13 @@ class PromptBuilder:
             f"the prompt does not fit max_prompt_tokens={self.max_prompt_tokens} even with an empty observation "
             f"({len(ids)} tokens): raise max_prompt_tokens or shorten the template/task/admissible commands"
         )
+
+
+def _cut_middle(text: str, keep: int) -> str:
+    """``text`` reduced to about ``keep`` characters: its start and its end, cut at spaces, joined by " ... "."""
+    if keep <= 0:
+        return "..."
+    head, tail = text[: keep // 2], text[len(text) - keep // 2 :]
+    head = head.rsplit(" ", 1)[0] if " " in head else head
+    tail = tail.split(" ", 1)[-1] if " " in tail else tail
+    return f"{head} ... {tail}"
