@@ -16,6 +16,7 @@ from milegpo.algos import (
     GRPO,
     CheckpointCallback,
     CheckpointError,
+    EvalCallback,
     GiGPO,
     MileGPO,
     evaluate,
@@ -268,3 +269,15 @@ def test_evaluate_on_held_out_tasks(model_path: str) -> None:
     assert np.isfinite(mean) and std >= 0
     with pytest.raises(ValueError, match="exactly one"):
         evaluate(model, env)
+
+
+def test_eval_callback_writes_the_learning_curve(model_path: str, tmp_path: Path) -> None:
+    model = make(GRPO, model_path)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    callback = EvalCallback(house(n_tasks=2, group_size=1, split="eval_id"), eval_freq=1, n_eval_tasks=2,
+                            deterministic=False, temperature=0.4)
+    model.learn(total_timesteps=2 * 24, callback=callback, progress_bar=True)
+    rows = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(1, model._iterations + 1))
+    assert all(r["n_episodes"] == 2 and len(r["per_task"]) == 2 for r in rows)
+    assert model.policy.temperature == 5.0  # the evaluation temperature was only borrowed

@@ -524,11 +524,12 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,
-                 deterministic: bool = True) -> dict[str, Any]:
-        """Greedy evaluation on ``env`` (see :func:`milegpo.algos.evaluation.evaluate`)."""
+                 deterministic: bool = True, temperature: float | None = None) -> dict[str, Any]:
+        """Evaluation on held-out tasks (see :func:`milegpo.algos.evaluation.evaluate`)."""
         from milegpo.algos.evaluation import evaluate
 
-        return evaluate(self, env, n_episodes=n_episodes, task_seeds=task_seeds, deterministic=deterministic)
+        return evaluate(self, env, n_episodes=n_episodes, task_seeds=task_seeds, deterministic=deterministic,
+                        temperature=temperature)
 
     # -------------------------------------------------------- save / load
     def _config(self) -> dict[str, Any]:

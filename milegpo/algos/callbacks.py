@@ -99,20 +99,24 @@ class EvalCallback(_IterationCallback):
     :param eval_env: a GroupedTextVecEnv on an eval split (group size 1 is usual).
     :param n_eval_tasks: task seeds ``0..n_eval_tasks-1`` of the split.
     :param deterministic: greedy actions.
+    :param temperature: with ``deterministic=False``, the sampling temperature (paper: 0.4).
     :param log_name: prefix of the logged keys (``eval`` -> ``eval/success_rate``).
     """
 
     def __init__(self, eval_env: GroupedTextVecEnv, eval_freq: int = 1, n_eval_tasks: int = 16,
-                 deterministic: bool = True, log_name: str = "eval", verbose: int = 0):
+                 deterministic: bool = True, temperature: float | None = None, log_name: str = "eval",
+                 verbose: int = 0):
         super().__init__(eval_freq, verbose)
         self.eval_env = eval_env
         self.n_eval_tasks = int(n_eval_tasks)
         self.deterministic = deterministic
+        self.temperature = temperature
         self.log_name = log_name
         self.results: list[dict[str, Any]] = []
 
     def _on_iteration(self) -> None:
-        result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic)
+        result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,
+                          temperature=self.temperature)
         row = {"iteration": self._iterations(), "num_timesteps": self.model.num_timesteps,
                **{k: v for k, v in result.items() if k != "per_task"}}
         self.results.append(row)

@@ -28,16 +28,25 @@ def _policy_of(model: Any) -> Any:
     return getattr(model, "policy", model)
 
 
-def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool = True
-                 ) -> list[dict[str, Any]]:
+def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool = True,
+                 temperature: float | None = None) -> list[dict[str, Any]]:
     """Play every copy of each task in ``task_seeds`` once; one result dict per episode
-    (``task_seed``, ``won``, ``return``, ``length``, ``score``, ``invalid_actions``, ``env_error``)."""
+    (``task_seed``, ``won``, ``return``, ``length``, ``score``, ``invalid_actions``, ``env_error``).
+
+    ``temperature`` (sampled actions only) replaces the policy's sampling temperature
+    for these episodes (the paper evaluates at 0.4, trains at 1.0).
+    """
     if not isinstance(env, GroupedTextVecEnv):
         raise TypeError("evaluation needs a GroupedTextVecEnv: make one with milegpo.make_vec_env(env_id, n_tasks, "
                         "group_size=1, env_kwargs={'split': 'eval_id'})")
+    if temperature is not None and (deterministic or temperature <= 0):
+        raise ValueError("temperature applies to sampled actions (deterministic=False) and must be > 0")
     was_training = getattr(policy, "training", False)
     if hasattr(policy, "set_training_mode"):
         policy.set_training_mode(False)
+    train_temperature = getattr(policy, "temperature", None)
+    if temperature is not None:
+        policy.temperature = float(temperature)
     results: list[dict[str, Any]] = []
     seeds = [int(s) for s in task_seeds]
     try:
@@ -72,13 +81,16 @@ def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int],
                 obs, infos = new_obs, new_infos
             results.extend(episodes)
     finally:
+        if temperature is not None:
+            policy.temperature = train_temperature
         if hasattr(policy, "set_training_mode"):
             policy.set_training_mode(was_training)
     return results
 
 
 def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
-             task_seeds: Sequence[int] | None = None, deterministic: bool = True) -> dict[str, Any]:
+             task_seeds: Sequence[int] | None = None, deterministic: bool = True,
+             temperature: float | None = None) -> dict[str, Any]:
     """Success rate, mean return and length of ``model`` on the tasks of ``env``'s split.
 
     :param model: an algorithm (its ``.policy`` is used) or a policy with ``act``.
@@ -86,6 +98,8 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
     :param n_episodes: evaluate task seeds ``0..n_episodes-1`` (the first tasks of the split).
     :param task_seeds: explicit task seeds instead of ``n_episodes``.
     :param deterministic: greedy actions (True) or sampled ones.
+    :param temperature: sampled actions only: the sampling temperature of the evaluation
+        (default: the policy's own).
     :return: ``success_rate``, ``mean_return``, ``mean_length``, ``mean_score``,
         ``invalid_action_rate``, ``env_errors``, ``n_episodes`` (episodes played) and
         ``per_task``: one dict per task seed (``task_seed``, ``success``, ``return``,
@@ -96,7 +110,7 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
     seeds = list(range(int(n_episodes))) if task_seeds is None else [int(s) for s in task_seeds]
     if not seeds:
         raise ValueError("nothing to evaluate: no task seeds")
-    episodes = run_episodes(_policy_of(model), env, seeds, deterministic)
+    episodes = run_episodes(_policy_of(model), env, seeds, deterministic, temperature)
     per_task = []
     for seed in dict.fromkeys(seeds):
         eps = [e for e in episodes if e["task_seed"] == seed]
