@@ -84,5 +84,5 @@ def test_long_observation_is_cut_in_the_middle_with_one_warning(tokenizer):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once per builder
         b.build("look", observation, HISTORY, None)
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.warns(UserWarning, match="max_prompt_tokens"), pytest.raises(ValueError, match="does not fit"):
         builder(tokenizer, max_prompt_tokens=5).build("look", observation, [], None)
