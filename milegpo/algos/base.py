@@ -130,7 +130,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     :param policy_kwargs: LLMPolicy arguments, plain values only (``model`` path or
         name, ``mode``, ``lora`` dict, ...).
     :param verbose: 0 silent, 1 progress logs on stdout.
-    :param seed: seeds python/numpy/torch, the task draws and the minibatch shuffling.
+    :param seed: seeds python/numpy/torch, the task draws, the minibatch shuffling and (unless
+        ``policy_kwargs`` has one) the policy's action sampling.
     :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` ... (given to the policy).
     """
 
@@ -245,6 +246,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.credit_config = make_credit_config(self.credit_method, **self._credit_overrides())
         kwargs = dict(self.policy_kwargs)
         kwargs.setdefault("device", str(self.device))
+        if self.seed is not None:
+            kwargs.setdefault("seed", self.seed)  # the policy's action-sampling generator
         self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **kwargs)
         self.device = self.policy.device
         params = list(self.policy.trainable_parameters())
@@ -439,10 +442,10 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self._n_updates += steps - skipped
         self._skipped_steps += skipped
         self._iterations += 1
-        done = max(steps - skipped, 1)
+        done = max(steps - skipped, 1)  # the statistics are means over the applied optimizer steps
         for key in ("loss", "pg_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm"):
             if key in sums:
-                self.logger.record(f"train/{key}", sums[key] / (done if key != "grad_norm" else max(steps, 1)))
+                self.logger.record(f"train/{key}", sums[key] / done)
         self.logger.record("train/skipped_steps", skipped)
         self.logger.record("train/skipped_steps_total", self._skipped_steps)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
@@ -507,7 +510,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 "(%d skipped so far); check the advantages and the learning rate",
                 sums["loss"], grad_norm, self._n_updates, self._skipped_steps + 1,
             )
-            return False, {"grad_norm": grad_norm if np.isfinite(grad_norm) else 0.0}
+            return False, {}
         self.optimizer.step()
         if kl is None:
             sums.pop("kl")
