@@ -55,14 +55,15 @@ def test_sample_fields_and_probabilities(tiny_dir):
 
 
 def test_sampling_frequencies_match_softmax(tiny_dir):
-    policy = make_policy(tiny_dir, mode="choose", temperature=20.0, seed=5)
+    policy = make_policy(tiny_dir, mode="choose", candidate_score="mean", seed=5)
     info = {"task": "put apple in fridge 1", "admissible_commands": COMMANDS}
-    n = 300
+    n = 200
     samples = policy.act(["You are in the kitchen."] * n, [info] * n, [[]] * n)
     probs = np.exp([policy.evaluate_actions([type(samples[0])(**{**samples[0].__dict__, "chosen": j})])[0].item()
                     for j in range(len(COMMANDS))])  # fmt: skip
     counts = np.bincount([s.chosen for s in samples], minlength=len(COMMANDS))
-    assert probs.min() > 0.05  # the test is only meaningful when every command is likely
+    # meaningful only if every command is likely and uniform sampling would be far off
+    assert probs.min() > 0.03 and np.abs(probs - 1 / len(COMMANDS)).max() > 0.2
     np.testing.assert_allclose(counts / n, probs, atol=0.08)
     greedy = policy.act(["You are in the kitchen."] * 3, [info] * 3, [[]] * 3, deterministic=True)
     assert {s.chosen for s in greedy} == {int(np.argmax(probs))}

@@ -121,3 +121,35 @@ def test_constructor_parameters_are_plain_values(tiny_dir):
     plain = (str, int, float, bool, type(None), dict, list, type)
     assert all(isinstance(v, plain) for k, v in params.items() if k not in ("observation_space", "action_space"))
     assert np.isclose(params["lora"]["alpha"], 16)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_dir):
+    grads = []
+    for checkpointing in (False, True):
+        policy = make_policy(tiny_dir, mode="generate", max_new_tokens=4, gradient_checkpointing=checkpointing, seed=3)
+        perturb(policy, scale=0.1)
+        samples = policy.act(["you see a red box"] * 2, [INFO] * 2, [[]] * 2)
+        policy.set_training_mode(True)
+        logp, mask, _ = policy.evaluate_actions(samples)
+        logp[mask].sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_act_samples_in_eval_mode_and_restores_the_mode(tiny_dir):
+    policy = make_policy(tiny_dir, lora={"dropout": 0.5})
+    perturb(policy)
+    policy.set_training_mode(True)
+    samples = policy.act(["you see a red box"] * 2, [INFO] * 2, [[]] * 2)
+    assert policy.training
+    policy.set_training_mode(False)
+    logp, _, _ = policy.evaluate_actions(samples)
+    np.testing.assert_allclose(logp[:, 0].detach().numpy(), [s.old_logprobs[0] for s in samples], atol=1e-5)
+    with pytest.raises(ValueError, match="use_sde"):
+        make_policy(tiny_dir, use_sde=True)
+
+
+def test_seed_fixes_the_adapter_initialisation(tiny_dir):
+    a, b, c = (make_policy(tiny_dir, seed=s) for s in (1, 1, 2))
+    assert all(torch.equal(x, y) for x, y in zip(a.trainable_parameters(), b.trainable_parameters()))
+    assert not all(torch.equal(x, y) for x, y in zip(a.trainable_parameters(), c.trainable_parameters()))

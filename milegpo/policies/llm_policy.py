@@ -222,10 +222,12 @@ class LLMPolicy(BasePolicy):
     :param max_new_tokens: generate mode: the longest reply.
     :param temperature: sampling temperature (both modes; also used when re-scoring).
     :param think: generate mode: ask for ``<think>…</think>`` before the action.
-    :param seed: seeds the policy's own sampling generators.
+    :param seed: seeds the adapter's initial weights and the policy's own sampling generators.
     :param max_batch_tokens: padded tokens per forward pass when scoring (memory bound).
     :param candidate_score: choose mode: ``"sum"`` (the sequence log-likelihood) or
         ``"mean"`` (per-token mean: no preference for short commands).
+    :param gradient_checkpointing: recompute activations in the backward pass
+        (less memory for long prompts on large models, ~30% slower updates).
     :param optimizer_class: optimizer over the LoRA parameters.
     :param optimizer_kwargs: its extra arguments.
     """
@@ -251,7 +253,11 @@ class LLMPolicy(BasePolicy):
         candidate_score: str = "sum",
         optimizer_class: type[th.optim.Optimizer] = th.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
+        gradient_checkpointing: bool = False,
+        use_sde: bool = False,
     ):
+        if use_sde:  # SB3's OnPolicyAlgorithm passes use_sde to every policy
+            raise ValueError("LLMPolicy has no state-dependent exploration: use_sde must be False")
         super().__init__(observation_space, action_space, optimizer_class=optimizer_class, optimizer_kwargs=optimizer_kwargs)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -278,6 +284,7 @@ class LLMPolicy(BasePolicy):
         self.seed = seed
         self.max_batch_tokens = max_batch_tokens
         self.candidate_score = candidate_score
+        self.gradient_checkpointing = gradient_checkpointing
 
         self._build_model()
         instructions = INSTRUCTIONS["choose"] if mode == "choose" else INSTRUCTIONS["think" if think else "generate"]
@@ -295,6 +302,8 @@ class LLMPolicy(BasePolicy):
         dtype = _resolve_dtype(self.dtype_name, device)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
         base = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
+        if self.gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model_type = base.config.model_type
         targets = self.lora["target_modules"] or DEFAULT_TARGET_MODULES.get(model_type, "all-linear")
         config = LoraConfig(
@@ -305,15 +314,19 @@ class LLMPolicy(BasePolicy):
             fan_in_fan_out=model_type == "gpt2",
             task_type="CAUSAL_LM",
         )
-        self.model = get_peft_model(base, config).to(device)
+        with th.random.fork_rng(devices=[]):  # the adapter's initial weights follow ``seed``
+            th.manual_seed(self.seed)
+            self.model = get_peft_model(base, config).to(device)
         self.model.eval()
         tok = self.tokenizer
         self.pad_id = next(i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None)
-        self.eos_ids = {i for i in (tok.eos_token_id, getattr(base.generation_config, "eos_token_id", None)) if i is not None}
-        if isinstance(base.generation_config.eos_token_id, list):
-            self.eos_ids = {tok.eos_token_id, *base.generation_config.eos_token_id} - {None}
-        stop = tok(STOP_TEXT, add_special_tokens=False)["input_ids"]
-        self._stop_token = stop[0] if len(stop) == 1 else None  # a single-token "</action>" (tiny tokenizers)
+        generation_eos = base.generation_config.eos_token_id
+        generation_eos = generation_eos if isinstance(generation_eos, list) else [generation_eos]
+        #: tokens that end a reply (the tokenizer's EOS and the model's end-of-turn tokens)
+        self.eos_ids = sorted({i for i in (tok.eos_token_id, *generation_eos) if i is not None})
+        #: tokens whose text contains ">": only after one of them can a reply end with "</action>"
+        vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+        self._gt_ids = th.tensor([i for i, t in enumerate(vocab) if t is not None and ">" in t], dtype=th.long)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
@@ -322,7 +335,7 @@ class LLMPolicy(BasePolicy):
             history_length=self.history_length, prompt_template=self.prompt_template,
             max_prompt_tokens=self.max_prompt_tokens, max_new_tokens=self.max_new_tokens,
             temperature=self.temperature, think=self.think, seed=self.seed, max_batch_tokens=self.max_batch_tokens,
-            candidate_score=self.candidate_score,
+            candidate_score=self.candidate_score, gradient_checkpointing=self.gradient_checkpointing,
             optimizer_class=self.optimizer_class, optimizer_kwargs=self.optimizer_kwargs,
         )  # fmt: skip
         return data
@@ -404,10 +417,15 @@ class LLMPolicy(BasePolicy):
         if len(observations) == 0:
             return []
         prompts = [self.build_prompt(o, i, h) for o, i, h in zip(observations, infos, histories)]
-        with th.no_grad():
-            if self.mode == "choose":
-                return self._choose(prompts, infos, deterministic)
-            return self._generate(prompts, deterministic)
+        was_training = self.training
+        self.set_training_mode(False)  # sample from the policy without dropout: old_logprobs are exact
+        try:
+            with th.no_grad():
+                if self.mode == "choose":
+                    return self._choose(prompts, infos, deterministic)
+                return self._generate(prompts, deterministic)
+        finally:
+            self.set_training_mode(was_training)
 
     def _score_rows(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], temperature: float,
                     with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:  # fmt: skip
@@ -509,7 +527,7 @@ class LLMPolicy(BasePolicy):
         cache_arg = _cache_argument(self.model)
         cache, next_pos = _output_cache(out), positions[:, -1:] + 1
         generator = self._sampling_generator(device)
-        eos = th.tensor(sorted(self.eos_ids), device=device, dtype=th.long)
+        eos = th.tensor(self.eos_ids, device=device, dtype=th.long)
         tokens, logps = [], []
         done = th.zeros(n, dtype=th.bool, device=device)
         lengths = th.full((n,), self.max_new_tokens, dtype=th.long)
@@ -549,15 +567,13 @@ class LLMPolicy(BasePolicy):
         return samples
 
     def _hit_stop(self, tokens: list[th.Tensor]) -> th.Tensor:
-        """Rows whose reply now ends with ``</action>``."""
+        """Rows whose reply now contains ``</action>`` (the tag may span several tokens)."""
         last = tokens[-1]
-        if self._stop_token is not None:
-            return last == self._stop_token
         hit = th.zeros_like(last, dtype=th.bool)
-        for i, tok in enumerate(last.tolist()):
-            if ">" in self.tokenizer.decode([tok]):
-                tail = self.tokenizer.decode([int(t[i]) for t in tokens[-16:]])
-                hit[i] = tail.rstrip().endswith(STOP_TEXT)
+        maybe = th.isin(last, self._gt_ids.to(last.device)).nonzero().flatten().tolist()
+        for i in maybe:
+            tail = self.tokenizer.decode([int(t[i]) for t in tokens[-16:]])
+            hit[i] = STOP_TEXT in tail
         return hit
 
     # -------------------------------------------------------------- training
@@ -631,10 +647,6 @@ class LLMPolicy(BasePolicy):
 
     def _predict(self, observation: Any, deterministic: bool = False) -> th.Tensor:
         raise TypeError("LLMPolicy acts on text: call predict() or act(), not _predict()")
-
-    def set_training_mode(self, mode: bool) -> None:
-        self.train(mode)
-        self.training = mode
 
 
 def _output_cache(out: Any) -> Any:
