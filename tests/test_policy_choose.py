@@ -115,3 +115,10 @@ def test_choice_probability_from_candidate_likelihoods(tiny_dir, candidate_score
     assert sample.old_logprobs[0] == pytest.approx(expected, abs=1e-5)
     with pytest.raises(ValueError, match="candidate_score"):
         make_policy(tiny_dir, candidate_score="max")
+
+
+def test_chunked_scoring_equals_one_batch(tiny_dir):
+    big = make_policy(tiny_dir, temperature=3.0)
+    samples = big.act([f"You are in the kitchen {'.' * k}" for k in range(6)], infos(6), [[]] * 6)
+    small = make_policy(tiny_dir, temperature=3.0, max_batch_tokens=100)  # about one env per forward pass
+    torch.testing.assert_close(small.evaluate_actions(samples)[0], big.evaluate_actions(samples)[0], atol=1e-5, rtol=0)

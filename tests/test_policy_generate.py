@@ -98,3 +98,14 @@ def test_unparsable_reply_goes_to_env_raw(tiny_dir):
         assert s.parsed == ("</action>" in s.raw_text)
         if not s.parsed:
             assert s.text == s.raw_text
+
+
+def test_chunked_scoring_equals_one_batch(tiny_dir):
+    big = make_policy(tiny_dir, seed=4)
+    samples = big.act([f"you are in the hall {'.' * k}" for k in range(6)], [INFO] * 6, [[]] * 6)
+    small = make_policy(tiny_dir, seed=4, max_batch_tokens=64)  # one or two rows per forward pass
+    expected, mask, ent = big.evaluate_actions(samples, with_entropy=True)
+    got, got_mask, got_ent = small.evaluate_actions(samples, with_entropy=True)
+    assert torch.equal(mask, got_mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_ent, ent, atol=1e-5, rtol=0)

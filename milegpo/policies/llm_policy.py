@@ -435,13 +435,13 @@ class LLMPolicy(BasePolicy):
         ents: list[th.Tensor | None] = [None] * len(prompts)
         start = 0
         while start < len(order):
-            end = start + 1
+            end, p_max, c_max = start, 0, 0
             while end < len(order):
-                rows = order[start : end + 1]
-                width = max(len(prompts[i]) for i in rows) + max(len(completions[i]) for i in rows)
-                if width * len(rows) > self.max_batch_tokens:
+                i = order[end]
+                p_new, c_new = max(p_max, len(prompts[i])), max(c_max, len(completions[i]))
+                if end > start and (end - start + 1) * (p_new + c_new) > self.max_batch_tokens:
                     break
-                end += 1
+                end, p_max, c_max = end + 1, p_new, c_new
             rows = order[start:end]
             logp, mask, ent = completion_logprobs(
                 self.model, [prompts[i] for i in rows], [completions[i] for i in rows], self.pad_id, temperature,
