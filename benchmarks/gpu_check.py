@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--intermediate", type=int, default=8960)
     parser.add_argument("--kl-coef", type=float, default=0.01)
-    parser.add_argument("--micro-batch-tokens", type=int, default=32768)
+    parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument("--output", type=str, default=None, help="JSON path (default: $OUT or benchmarks/results)")
     parser.add_argument("--device", type=str, default="cuda",
                         help="'cpu' only for a dry run of this script with small --hidden/--layers")
