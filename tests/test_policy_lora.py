@@ -153,3 +153,19 @@ def test_seed_fixes_the_adapter_initialisation(tiny_dir):
     a, b, c = (make_policy(tiny_dir, seed=s) for s in (1, 1, 2))
     assert all(torch.equal(x, y) for x, y in zip(a.trainable_parameters(), b.trainable_parameters()))
     assert not all(torch.equal(x, y) for x, y in zip(a.trainable_parameters(), c.trainable_parameters()))
+
+
+def test_policy_save_load_without_pickle(tiny_dir, tmp_path):
+    policy = make_policy(tiny_dir, mode="generate", max_new_tokens=5, temperature=0.8, history_length=1)
+    perturb(policy, seed=3)
+    samples = policy.act(["you see a red box"] * 2, [INFO] * 2, [[]] * 2)
+    policy.save(tmp_path / "policy")
+    files = {p.name for p in (tmp_path / "policy").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "policy.json"} <= files
+    assert not any(name.endswith((".pkl", ".pt", ".zip")) for name in files)
+    loaded = LLMPolicy.load(tmp_path / "policy", device="cpu")
+    assert (loaded.mode, loaded.temperature, loaded.history_length) == ("generate", 0.8, 1)
+    torch.testing.assert_close(loaded.evaluate_actions(samples)[0], policy.evaluate_actions(samples)[0], atol=0, rtol=0)
+    assert LLMPolicy.load(tmp_path / "policy", temperature=0.4).temperature == 0.4
+    with pytest.raises(FileNotFoundError, match="policy.json"):
+        LLMPolicy.load(tmp_path)

@@ -27,6 +27,7 @@ predict completion tokens are computed.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
@@ -46,6 +47,7 @@ from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder
 MODES = ("choose", "generate")
 CANDIDATE_SCORES = ("sum", "mean")
 STOP_TEXT = "</action>"
+POLICY_FILE = "policy.json"
 
 #: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
 _DECODER_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -330,6 +332,7 @@ class LLMPolicy(BasePolicy):
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
+        data.pop("normalize_images", None)  # an image option of SB3's BaseModel; not an argument here
         data.update(
             model=self.model_name, mode=self.mode, lora=dict(self.lora), dtype=self.dtype_name, device=self.device_name,
             history_length=self.history_length, prompt_template=self.prompt_template,
@@ -391,6 +394,36 @@ class LLMPolicy(BasePolicy):
         bad = [k for k in result.unexpected_keys]
         if bad:
             raise ValueError(f"adapter in {path} has tensors this model lacks: {bad[:5]}")
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Save the policy to a folder: the adapter (safetensors) and ``policy.json`` (the settings).
+
+        Nothing is pickled; :meth:`load` rebuilds the policy from the base model and these two files.
+        """
+        path = Path(path)
+        self.save_adapter(path)
+        params = self._get_constructor_parameters()
+        for key in ("observation_space", "action_space"):
+            params.pop(key)
+        cls = params.pop("optimizer_class")
+        params["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
+        (path / POLICY_FILE).write_text(json.dumps(params, indent=2))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LLMPolicy:  # type: ignore[override]
+        """Rebuild a policy saved by :meth:`save` (``overrides`` replace saved settings, e.g. ``temperature``)."""
+        from milegpo.envs.core import TextSpace
+
+        path = Path(path)
+        if not (path / POLICY_FILE).is_file():
+            raise FileNotFoundError(f"{path} holds no saved LLMPolicy ({POLICY_FILE} missing)")
+        params = json.loads((path / POLICY_FILE).read_text())
+        module, _, name = params.pop("optimizer_class").partition(":")
+        optimizer_class = getattr(importlib.import_module(module), name)
+        params.update(device=device, optimizer_class=optimizer_class, **overrides)
+        policy = cls(TextSpace(), TextSpace(), lambda _: 0.0, **params)
+        policy.load_adapter(path)
+        return policy
 
     # ---------------------------------------------------------------- prompts
     def build_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
