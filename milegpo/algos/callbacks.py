@@ -6,7 +6,7 @@ counters of the same, completed iteration, and at the end of training.
 
 Resuming a killed run::
 
-    from milegpo.algos import MileGPO, latest_checkpoint
+    from milegpo.algos import CheckpointCallback, MileGPO, latest_checkpoint
     last = latest_checkpoint("runs/house/checkpoints")
     model = MileGPO.load(last, env) if last else MileGPO("LLMPolicy", env, ...)
     model.learn(total - model.num_timesteps, reset_num_timesteps=last is None,
@@ -23,7 +23,7 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-from milegpo.algos.checkpoint import latest_checkpoint, to_builtin
+from milegpo.algos.checkpoint import to_builtin
 from milegpo.algos.evaluation import evaluate
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
@@ -114,6 +114,12 @@ class EvalCallback(_IterationCallback):
         self.log_name = log_name
         self.results: list[dict[str, Any]] = []
 
+    def _on_training_end(self) -> None:
+        done_before = self._last_done
+        super()._on_training_end()
+        if self._last_done != done_before:  # evaluated after the last update: no later dump would log it
+            self.logger.dump(step=self.model.num_timesteps)
+
     def _on_iteration(self) -> None:
         result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,
                           temperature=self.temperature)
@@ -128,6 +134,3 @@ class EvalCallback(_IterationCallback):
                 f.write(json.dumps({**row, "per_task": result["per_task"]}, default=to_builtin) + "\n")
         if self.verbose >= 1:
             print(f"[{self.log_name}] {self.model.num_timesteps} steps: success {result['success_rate']:.3f}")
-
-
-__all__ = ["CheckpointCallback", "EvalCallback", "latest_checkpoint"]
