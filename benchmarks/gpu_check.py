@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--intermediate", type=int, default=8960)
     parser.add_argument("--kl-coef", type=float, default=0.01)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="LLMPolicy gradient_checkpointing")
     parser.add_argument("--output", type=str, default=None, help="JSON path (default: $OUT or benchmarks/results)")
     parser.add_argument("--device", type=str, default="cuda",
                         help="'cpu' only for a dry run of this script with small --hidden/--layers")
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             "LLMPolicy", env, learning_rate=1e-6, kl_coef=args.kl_coef, micro_batch_tokens=args.micro_batch_tokens,
             policy_kwargs={"model": tmp, "mode": "generate",
                            "dtype": "bfloat16" if args.device != "cpu" else "float32", "max_new_tokens": args.max_new_tokens,
-                           "history_length": 2},
+                           "history_length": 2, "gradient_checkpointing": args.gradient_checkpointing},
             seed=0, device=args.device,
         )  # fmt: skip
         model.set_logger(configure(None, ["stdout"]))
