@@ -31,6 +31,7 @@ import importlib
 import inspect
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,8 +317,10 @@ class LLMPolicy(BasePolicy):
             fan_in_fan_out=model_type == "gpt2",
             task_type="CAUSAL_LM",
         )
-        with th.random.fork_rng(devices=[]):  # the adapter's initial weights follow ``seed``
+        with th.random.fork_rng(devices=[]), warnings.catch_warnings():  # the adapter's initial weights follow ``seed``
             th.manual_seed(self.seed)
+            # peft 0.21 calls a property transformers 5 deprecates; not the user's concern
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             self.model = get_peft_model(base, config).to(device)
         self.model.eval()
         tok = self.tokenizer
