@@ -281,3 +281,26 @@ def test_eval_callback_writes_the_learning_curve(model_path: str, tmp_path: Path
     assert [r["iteration"] for r in rows] == list(range(1, model._iterations + 1))
     assert all(r["n_episodes"] == 2 and len(r["per_task"]) == 2 for r in rows)
     assert model.policy.temperature == 5.0  # the evaluation temperature was only borrowed
+
+
+class CrashingHouse(HouseEnv):
+    """House whose engine raises at the 3rd step of even tasks (fault injection)."""
+
+    def _step(self, action: str):
+        if self.task_index % 2 == 0 and self._elapsed_steps == 3:
+            raise RuntimeError("engine crashed")
+        return super()._step(action)
+
+
+def test_env_errors_truncate_episodes_and_training_goes_on(model_path: str, tmp_path: Path) -> None:
+    env = make_vec_env(CrashingHouse, n_tasks=2, group_size=2, seed=0, env_kwargs={"max_episode_steps": HORIZON})
+    model = make(MileGPO, model_path, env=env)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(total_timesteps=1)
+    seeds = [t.task_seed for t in model.rollout_buffer.trajectories]
+    crashed = [t for t in model.rollout_buffer.trajectories if t.task_seed % 2 == 0]
+    assert crashed, f"no even task drawn: {seeds}"
+    assert all(t.env_error and len(t.steps) == 2 and t.steps[-1].done for t in crashed)
+    header, row = (tmp_path / "progress.csv").read_text().splitlines()[:2]
+    assert float(dict(zip(header.split(","), row.split(",")))["rollout/env_errors"]) == len(crashed)
+    assert model._n_updates == 1
