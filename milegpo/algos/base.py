@@ -27,6 +27,17 @@ Counting and logging conventions:
   the *same* iteration;
 * rollout/* statistics are those of the iteration's own episodes (not SB3's moving
   window of the last 100 episodes).
+
+Logged keys: ``rollout/`` success_rate, ep_rew_mean, ep_len_mean, score_mean,
+invalid_action_rate, env_errors, episodes; ``train/`` loss, pg_loss, kl (with
+``kl_coef``), entropy (with ``ent_coef``), clip_fraction, approx_kl, grad_norm (before
+clipping), skipped_steps (non-finite loss or gradient), learning_rate, n_updates;
+``time/`` rollout_s, credit_s, update_s, env_steps_per_s (env steps over the rollout's
+wall time, policy included), rollout_tokens_per_s (prompt + action or candidate tokens
+over the policy's time), action_tokens_per_s, update_tokens_per_s (tokens of the trained
+steps over the update's wall time); ``credit/`` every scalar of the credit method's
+diagnostics. The full diagnostics (milestone and trap lists ...) of every iteration go
+to ``credit_diagnostics.jsonl`` in the logger folder when there is one.
 """
 
 from __future__ import annotations
