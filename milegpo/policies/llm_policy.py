@@ -306,7 +306,10 @@ class LLMPolicy(BasePolicy):
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
         base = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
         if self.gradient_checkpointing:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(base, "activation_checkpointing_enable"):  # its name since transformers 5.2x
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model_type = base.config.model_type
         targets = self.lora["target_modules"] or DEFAULT_TARGET_MODULES.get(model_type, "all-linear")
         config = LoraConfig(
