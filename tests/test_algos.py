@@ -242,8 +242,14 @@ def test_corrupt_or_mismatching_checkpoints_are_refused(model_path: str, tmp_pat
         MileGPO.load(broken, env=house())
     with pytest.raises(CheckpointError, match="saved by MileGPO"):
         GRPO.load(good, env=house())
-    # the good one still loads, also without an env (prediction only)
-    assert MileGPO.load(good).env is None
+    # the good one still loads, also without an env (prediction only), and can be given one later
+    loaded = MileGPO.load(good)
+    assert loaded.env is None
+    with pytest.raises(ValueError, match="no env"):
+        loaded.learn(1)
+    loaded.set_env(house(n_tasks=1, group_size=3))
+    loaded.learn(1)
+    assert loaded.rollout_buffer.num_steps > 0
 
 
 def test_checkpoint_callback_keeps_the_last_and_a_killed_run_resumes(model_path: str, tmp_path: Path) -> None:

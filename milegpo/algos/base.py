@@ -185,12 +185,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     ):
         if not self.credit_method:
             raise TypeError(f"{type(self).__name__} has no credit_method: use MileGPO, GraphGPO, GiGPO or GRPO")
-        if env is not None and not isinstance(env, GroupedTextVecEnv):
-            raise TypeError(
-                f"{type(self).__name__} needs a GroupedTextVecEnv (G copies of each task), got {type(env).__name__}. "
-                "Make one with milegpo.make_vec_env(env_id, n_tasks=16, group_size=8), e.g. "
-                "milegpo.make_vec_env('milegpo/House-v0', n_tasks=4, group_size=8)."
-            )
+        if env is not None:
+            self._check_env(env)
         if loss_agg not in LOSS_AGGREGATIONS:
             raise ValueError(f"loss_agg must be one of {LOSS_AGGREGATIONS}, got {loss_agg!r}")
         if batch_size is not None and mini_batch_tokens is not None:
@@ -266,6 +262,21 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             raise ValueError("the policy has no trainable (LoRA) parameters: check policy_kwargs['lora']")
         self.optimizer = th.optim.AdamW(params, lr=self.lr_schedule(1.0), weight_decay=self.weight_decay)
         self.policy.optimizer = self.optimizer  # SB3 convention: the optimizer lives on the policy
+
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+        """Train on another GroupedTextVecEnv from now on (any number of tasks and group size)."""
+        self._check_env(env)
+        self.env, self.n_envs = env, env.num_envs
+        self.rollout_buffer = TextRolloutBuffer(env.num_envs, env.group_ids)
+        self._last_obs = None
+
+    def _check_env(self, env: Any) -> None:
+        if not isinstance(env, GroupedTextVecEnv):
+            raise TypeError(
+                f"{type(self).__name__} needs a GroupedTextVecEnv (G copies of each task), got {type(env).__name__}. "
+                "Make one with milegpo.make_vec_env(env_id, n_tasks=16, group_size=8), e.g. "
+                "milegpo.make_vec_env('milegpo/House-v0', n_tasks=4, group_size=8)."
+            )
 
     def _credit_overrides(self) -> dict[str, Any]:
         overrides = dict(self.credit_kwargs)
