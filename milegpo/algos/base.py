@@ -37,7 +37,7 @@ wall time, policy included), rollout_tokens_per_s (prompt + action or candidate 
 over the policy's time), action_tokens_per_s, update_tokens_per_s (tokens of the trained
 steps over the update's wall time); ``credit/`` every scalar of the credit method's
 diagnostics. The full diagnostics (milestone and trap lists ...) of every iteration go
-to ``credit_diagnostics.jsonl`` in the logger folder when there is one.
+to ``credit_diagnostics.jsonl`` in the logger folder when the logger writes files there.
 """
 
 from __future__ import annotations
@@ -420,9 +420,11 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self._episode_num += 1
 
     def _write_diagnostics(self, diagnostics: dict[str, Any], stats: dict[str, Any]) -> None:
-        """Append the iteration's full credit diagnostics to ``credit_diagnostics.jsonl`` in the log folder."""
-        folder = self.logger.get_dir() if self.logger is not None else None
-        if not folder:
+        """Append the iteration's full credit diagnostics to ``credit_diagnostics.jsonl`` in the log folder
+        (only when the logger writes files there: csv, json, log or tensorboard)."""
+        folder = self.logger.get_dir()
+        writes_files = any(getattr(f, "own_file", True) for f in self.logger.output_formats)
+        if not folder or not writes_files:
             return
         row = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps, "method": self.credit_method,
                "success_rate": stats["success_rate"], "diagnostics": diagnostics}

@@ -129,7 +129,7 @@ class EvalCallback(_IterationCallback):
         for key in ("success_rate", "mean_return", "mean_length", "mean_score"):
             self.logger.record(f"{self.log_name}/{key}", result[key])
         folder = self.logger.get_dir()
-        if folder:
+        if folder and any(getattr(f, "own_file", True) for f in self.logger.output_formats):
             with open(os.path.join(folder, f"{self.log_name}.jsonl"), "a") as f:
                 f.write(json.dumps({**row, "per_task": result["per_task"]}, default=to_builtin) + "\n")
         if self.verbose >= 1:
