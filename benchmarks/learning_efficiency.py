@@ -1,0 +1,193 @@
+"""Learning efficiency: GRPO vs GiGPO vs GraphGPO vs MileGPO at the same env-step budget.
+
+Every (env, algorithm, seed) run uses the same tiny offline model (same
+initial weights for a seed), the same hyperparameters and the same task draws;
+only the credit function differs. Each run trains with ``milegpo.train.train``
+and is evaluated greedily on held-out tasks of the in-distribution split during
+training (the learning curve) and of both eval splits at the end.
+
+Outputs (committed): ``benchmarks/results/learning_efficiency.json`` (all
+curves and finals), ``learning_efficiency.md`` (the table: mean ± std over
+seeds of final success and of the area under the held-out curve) and
+``learning_efficiency.png`` (held-out success against env steps). Run folders go
+to ``benchmarks/runs/`` (not committed).
+
+    python benchmarks/learning_efficiency.py                 # the README's table
+    python benchmarks/learning_efficiency.py --seeds 0 --steps 4000 --envs house   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+ALGOS = ("grpo", "gigpo", "graphgpo", "milegpo")
+LABELS = {"grpo": "GRPO", "gigpo": "GiGPO", "graphgpo": "GraphGPO", "milegpo": "MileGPO"}
+
+#: Benchmark envs: TrainConfig fields shared by every algorithm on that env.
+ENVS: dict[str, dict] = {
+    "house": {"env": "milegpo/House-v0", "env_kwargs": {}, "eval_splits": ["eval_id", "eval_ood"]},
+    "coin": {
+        "env": "milegpo/TWX-coin-v0",
+        "env_kwargs": {"numLocations": 5, "includeDoors": True, "numDistractorItems": 0, "max_episode_steps": 30},
+        "eval_splits": ["eval_id", "eval_ood"],
+    },
+}
+
+
+def run_one(job: dict) -> dict:
+    """Train one (env, algo, seed) run in this process; return its curve and finals."""
+    import torch
+
+    torch.set_num_threads(1)
+    from milegpo.train import TrainConfig, train
+
+    config = TrainConfig.from_dict(job["config"])
+    run_dir = Path(job["run_dir"])
+    started = time.time()
+    train(config, run_dir=run_dir, progress_bar=False, verbose=0)
+    curve = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
+    finals = json.loads((run_dir / "eval_final.json").read_text())
+    return {
+        "env": job["env"], "algo": config.algo, "seed": config.seed, "wall_s": time.time() - started,
+        "curve": [{"num_timesteps": row["num_timesteps"], "success_rate": row["success_rate"]} for row in curve],
+        "final": {split: result["success_rate"] for split, result in finals.items()},
+        "speed": _speed(run_dir / "progress.csv"),
+    }
+
+
+def _speed(progress_csv: Path) -> dict:
+    from milegpo.plots import read_progress
+
+    data = read_progress(progress_csv)
+    out = {}
+    for key in ("time/env_steps_per_s", "time/rollout_tokens_per_s", "time/update_tokens_per_s", "time/fps"):
+        values = [v for v in data.get(key, []) if not np.isnan(v)]
+        if values:
+            out[key] = float(np.mean(values))
+    return out
+
+
+def area_under_curve(curve: list[dict], budget: int) -> float:
+    """Mean held-out success over [0, budget] env steps (trapezoids; the curve starts at its first point)."""
+    if not curve:
+        return float("nan")
+    steps = np.array([0.0] + [p["num_timesteps"] for p in curve] + [budget], dtype=float)
+    values = np.array([curve[0]["success_rate"]] + [p["success_rate"] for p in curve] + [curve[-1]["success_rate"]])
+    steps, values = steps[steps <= budget], values[: int((steps <= budget).sum())]
+    return float(np.trapezoid(values, steps) / budget)
+
+
+def summarize(runs: list[dict], budget: int) -> dict:
+    table: dict = {}
+    for env in sorted({r["env"] for r in runs}):
+        for algo in ALGOS:
+            group = [r for r in runs if r["env"] == env and r["algo"] == algo]
+            if not group:
+                continue
+            row = {"n_seeds": len(group), "auc": _mean_std([area_under_curve(r["curve"], budget) for r in group])}
+            for split in group[0]["final"]:
+                row[split] = _mean_std([r["final"][split] for r in group])
+            table.setdefault(env, {})[algo] = row
+    return table
+
+
+def _mean_std(values: list[float]) -> dict:
+    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "values": [float(v) for v in values]}
+
+
+def write_table(table: dict, path: Path) -> None:
+    lines = []
+    for env, rows in table.items():
+        splits = [k for k in next(iter(rows.values())) if k not in ("n_seeds", "auc")]
+        lines += [f"**{env}** ({ENVS[env]['env']})", "",
+                  "| algorithm | seeds | " + " | ".join(f"final success {s}" for s in splits) + " | AUC (eval_id) |",
+                  "|---|---|" + "---|" * (len(splits) + 1)]
+        for algo, row in rows.items():
+            cells = [f"{row[s]['mean']:.3f} ± {row[s]['std']:.3f}" for s in splits]
+            lines.append(f"| {LABELS[algo]} | {row['n_seeds']} | " + " | ".join(cells)
+                         + f" | {row['auc']['mean']:.3f} ± {row['auc']['std']:.3f} |")
+        lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({r["env"] for r in runs})
+    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        for algo in ALGOS:
+            group = [r for r in runs if r["env"] == env and r["algo"] == algo and r["curve"]]
+            if not group:
+                continue
+            length = min(len(r["curve"]) for r in group)
+            steps = np.mean([[p["num_timesteps"] for p in r["curve"][:length]] for r in group], axis=0)
+            values = np.array([[p["success_rate"] for p in r["curve"][:length]] for r in group])
+            mean, std = values.mean(axis=0), values.std(axis=0)
+            ax.plot(steps, mean, label=LABELS[algo], marker="o", markersize=3)
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
+        ax.set_title(f"{ENVS[env]['env']} (held-out eval_id, {len(group)} seeds)")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("success rate")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=12_000, help="env-step budget per run")
+    parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
+                        help="extra TrainConfig fields for every run, e.g. learning_rate=0.003")
+    parser.add_argument("--out", default=str(RESULTS / "learning_efficiency"), help="output path prefix")
+    args = parser.parse_args()
+
+    shared = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)}
+    jobs = []
+    for env in args.envs:
+        for seed in args.seeds:
+            for algo in args.algos:
+                config = {**ENVS[env], **shared, "algo": algo, "seed": seed, "total_timesteps": args.steps}
+                jobs.append({"env": env, "config": config, "run_dir": str(ROOT / "runs" / f"{env}-{algo}-s{seed}")})
+    started = time.time()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(args.workers, maxtasksperchild=1) as pool:
+        runs = []
+        for result in pool.imap_unordered(run_one, jobs):
+            runs.append(result)
+            print(f"{result['env']:6s} {LABELS[result['algo']]:8s} seed {result['seed']}: "
+                  f"final {result['final']}  ({result['wall_s']:.0f} s)", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = summarize(runs, args.steps)
+    report = {"budget_env_steps": args.steps, "seeds": args.seeds, "shared_config": shared, "workers": args.workers,
+              "wall_s": time.time() - started, "cpus": os.cpu_count(), "table": table,
+              "runs": sorted(runs, key=lambda r: (r["env"], r["algo"], r["seed"]))}
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    write_table(table, out.with_suffix(".md"))
+    plot(runs, out.with_suffix(".png"))
+    print(out.with_suffix(".md").read_text())
+    print(f"wall clock {report['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
