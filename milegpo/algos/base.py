@@ -37,7 +37,9 @@ wall time, policy included), rollout_tokens_per_s (prompt + action or candidate 
 over the policy's time), action_tokens_per_s, update_tokens_per_s (tokens of the trained
 steps over the update's wall time); ``credit/`` every scalar of the credit method's
 diagnostics. The full diagnostics (milestone and trap lists ...) of every iteration go
-to ``credit_diagnostics.jsonl`` in the logger folder when the logger writes files there.
+to ``credit_diagnostics.jsonl`` in the logger folder when the logger writes files there,
+and the iteration's :class:`~milegpo.algos.credit.StepBatch` to ``last_batch.npz``
+(overwritten each iteration; :func:`milegpo.plots.plot_run_trajectory_credit` draws it).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from stable_baselines3.common.vec_env import VecEnv
 import milegpo
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos.buffer import TextRolloutBuffer, split_by_tokens, step_tokens
-from milegpo.algos.credit import make_credit_config
+from milegpo.algos.credit import StepBatch, make_credit_config
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.policies import LLMPolicy
@@ -73,6 +75,8 @@ logger = logging.getLogger(__name__)
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
 
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
+#: The last iteration's StepBatch in the logger folder (read by ``milegpo.plots.load_step_batch``).
+LAST_BATCH_FILE = "last_batch.npz"
 
 #: Constructor arguments saved in a checkpoint's config (all plain values).
 HYPERPARAMETERS = (
@@ -408,6 +412,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 if isinstance(value, (bool, int, float, np.integer, np.floating)):
                     self._rollout_log[f"credit/{key}"] = float(value)
             self._write_diagnostics(credit.diagnostics, stats)
+            self._write_last_batch(rollout_buffer.batch)
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
@@ -430,6 +435,15 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                "success_rate": stats["success_rate"], "diagnostics": diagnostics}
         with open(os.path.join(folder, "credit_diagnostics.jsonl"), "a") as f:
             f.write(json.dumps(row, default=ckpt.to_builtin) + "\n")
+
+    def _write_last_batch(self, batch: StepBatch | None) -> None:
+        """Overwrite ``last_batch.npz`` in the log folder with this iteration's StepBatch
+        (same condition as ``credit_diagnostics.jsonl``)."""
+        folder = self.logger.get_dir()
+        if batch is None or not folder or not any(getattr(f, "own_file", True) for f in self.logger.output_formats):
+            return
+        meta = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps, "method": self.credit_method}
+        save_step_batch(batch, os.path.join(folder, LAST_BATCH_FILE), meta)
 
     def dump_logs(self, iteration: int = 0) -> None:
         """Record the rollout values; the dump itself happens at the end of ``train()``
@@ -679,6 +693,26 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         model.ep_info_buffer = deque(maxlen=model._stats_window_size)
         model.ep_success_buffer = deque(maxlen=model._stats_window_size)
         return model
+
+
+def save_step_batch(batch: StepBatch, path: str | os.PathLike, meta: dict[str, Any] | None = None) -> None:
+    """Write ``batch`` to ``path`` as an ``.npz`` that loads without unpickling (atomically).
+
+    Numeric fields are arrays; the text fields and ``meta`` are the UTF-8 bytes of their
+    JSON. :func:`milegpo.plots.load_step_batch` reads it back.
+    """
+
+    def utf8_json(value: Any) -> np.ndarray:
+        return np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
+
+    arrays = {name: getattr(batch, name) for name in ("task_ids", "traj_ids", "step_idx", "rewards", "valid", "dones",
+                                                       "outcomes", "success")}
+    for name in ("state_keys", "next_state_keys", "actions"):
+        arrays[name] = utf8_json([str(text) for text in getattr(batch, name)])
+    arrays["meta"] = utf8_json(meta or {})
+    tmp = f"{os.fspath(path)}.tmp.npz"
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
 
 
 def _pad(rows: list[np.ndarray], length: int, device: th.device) -> th.Tensor:
