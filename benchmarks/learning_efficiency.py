@@ -10,7 +10,7 @@ Outputs (committed): ``benchmarks/results/learning_efficiency.json`` (all
 curves and finals), ``learning_efficiency.md`` (the table: mean ± std over
 seeds of final success and of the area under the held-out curve) and
 ``learning_efficiency.png`` (held-out success against env steps). Run folders go
-to ``benchmarks/runs/`` (not committed).
+to ``benchmarks/runs/<out name>/`` (not committed).
 
     python benchmarks/learning_efficiency.py                 # the README's table
     python benchmarks/learning_efficiency.py --seeds 0 --steps 4000 --envs house   # a quick look
@@ -156,18 +156,22 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=12_000, help="env-step budget per run")
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
+    parser.add_argument("--config", default=str(ROOT / "learning_efficiency.json"),
+                        help="JSON file of TrainConfig fields shared by every run (model, optimiser, sizes)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
-                        help="extra TrainConfig fields for every run, e.g. learning_rate=0.003")
+                        help="override single fields of --config, e.g. learning_rate=0.003")
     parser.add_argument("--out", default=str(RESULTS / "learning_efficiency"), help="output path prefix")
     args = parser.parse_args()
 
-    shared = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)}
+    shared = json.loads(Path(args.config).read_text()) if args.config else {}
+    shared.update({key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)})
     jobs = []
     for env in args.envs:
         for seed in args.seeds:
             for algo in args.algos:
                 config = {**ENVS[env], **shared, "algo": algo, "seed": seed, "total_timesteps": args.steps}
-                jobs.append({"env": env, "config": config, "run_dir": str(ROOT / "runs" / f"{env}-{algo}-s{seed}")})
+                run_dir = ROOT / "runs" / Path(args.out).name / f"{env}-{algo}-s{seed}"
+                jobs.append({"env": env, "config": config, "run_dir": str(run_dir)})
     started = time.time()
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.workers, maxtasksperchild=1) as pool:

@@ -201,7 +201,7 @@ def run_eval(args: argparse.Namespace) -> int:
         return 2
     for split, result in results.items():
         print(f"{split}: success {result['success_rate']:.3f}, mean return {result['mean_return']:.2f}, "
-              f"mean length {result['mean_length']:.1f} over {result['n_episodes']} tasks")
+              f"mean length {result['mean_length']:.1f} over {result['n_episodes']} episodes of {result['n_tasks']} tasks")
     return 0
 
 

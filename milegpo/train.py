@@ -56,13 +56,23 @@ class TrainConfig:
     clip_range: float = 0.2
     lora_r: int = 16
     lora_alpha: int = 32
+    #: prompt template: a family name of milegpo.policies.PROMPT_TEMPLATES or a format string
+    prompt_template: str | None = None
     history_length: int = 2
+    max_prompt_tokens: int = 2048
+    #: choose mode: score a command by the "sum" or the "mean" of its token log-probs
+    candidate_score: str = "sum"
     temperature: float = 1.0
+    #: held-out evaluation: sample at this temperature (paper: 0.4); None = greedy
+    eval_temperature: float | None = 0.4
     max_new_tokens: int = 512
+    think: bool = False
     dtype: str | None = None
     credit_preset: str | None = None
     credit_kwargs: dict[str, Any] = field(default_factory=dict)
     n_eval_tasks: int = 20
+    #: episodes per held-out task (sampled evaluation is noisy: several copies per task)
+    eval_copies: int = 4
     eval_freq: int = 2
     checkpoint_freq: int = 2
     subprocess: bool = False
@@ -71,6 +81,7 @@ class TrainConfig:
     #: tiny model size (used only when ``model`` is None)
     tiny_hidden_size: int = 64
     tiny_layers: int = 2
+    tiny_heads: int = 4
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -101,9 +112,13 @@ class TrainConfig:
             "mode": self.mode,
             "lora": {"r": self.lora_r, "alpha": self.lora_alpha},
             "dtype": self.dtype,
+            "prompt_template": self.prompt_template,
             "history_length": self.history_length,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "candidate_score": self.candidate_score,
             "temperature": self.temperature,
             "max_new_tokens": self.max_new_tokens,
+            "think": self.think,
             "seed": self.seed,
         }
 
@@ -147,11 +162,12 @@ def prepare_model(config: TrainConfig, run_dir: Path) -> str:
 
     texts = env_vocabulary(config.env, config.env_kwargs_for(config.train_split), seed=config.seed)
     texts += [*PROMPT_TEMPLATES.values(), HISTORY_HEADER, HISTORY_STEP, *map(str, INSTRUCTIONS.values())]
-    return tiny_model(texts, target, hidden_size=config.tiny_hidden_size, num_layers=config.tiny_layers, seed=config.seed)
+    return tiny_model(texts, target, hidden_size=config.tiny_hidden_size, num_layers=config.tiny_layers,
+                      num_heads=config.tiny_heads, seed=config.seed)
 
 
 def _eval_env(config: TrainConfig, split: str | None):
-    return make_vec_env(config.env, n_tasks=config.n_eval_tasks, group_size=1, seed=config.seed,
+    return make_vec_env(config.env, n_tasks=config.n_eval_tasks, group_size=config.eval_copies, seed=config.seed,
                         env_kwargs=config.env_kwargs_for(split), subprocess=config.subprocess)
 
 
@@ -195,7 +211,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     callbacks = [CheckpointCallback(config.checkpoint_freq, run_dir / "checkpoints")]
     if config.eval_splits:
         callbacks.append(EvalCallback(_eval_env(config, config.eval_splits[0]), eval_freq=config.eval_freq,
-                                      n_eval_tasks=config.n_eval_tasks))
+                                      n_eval_tasks=config.n_eval_tasks, **_eval_sampling(config)))
     remaining = config.total_timesteps - model.num_timesteps
     if remaining > 0:
         model.learn(remaining, callback=callbacks, reset_num_timesteps=last is None, progress_bar=progress_bar)
@@ -207,21 +223,27 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     write_plots(run_dir)
     if verbose:
         for split, result in results.items():
-            print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_episodes']} tasks")
+            print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x {config.eval_copies}")
         print(f"Run folder: {run_dir}")
     return run_dir
 
 
+def _eval_sampling(config: TrainConfig) -> dict[str, Any]:
+    """Greedy when ``eval_temperature`` is None, else sampled at that temperature."""
+    if config.eval_temperature is None:
+        return {"deterministic": True}
+    return {"deterministic": False, "temperature": config.eval_temperature}
+
+
 def evaluate_model(model: Any, config: TrainConfig, splits: list[str] | None = None,
                    n_tasks: int | None = None) -> dict[str, dict[str, Any]]:
-    """Greedy success on the first ``n_tasks`` tasks of each eval split."""
+    """Success on the first ``n_tasks`` tasks of each eval split (sampling as ``config.eval_temperature``)."""
     results = {}
     for split in splits or config.eval_splits or [None]:
         env = _eval_env(config, split)
-        result = model.evaluate(env, n_episodes=n_tasks or config.n_eval_tasks, deterministic=True)
+        result = model.evaluate(env, n_episodes=n_tasks or config.n_eval_tasks, **_eval_sampling(config))
         env.close()
-        results[str(split)] = {k: v for k, v in result.items() if k != "per_task"} | {
-            "n_episodes": n_tasks or config.n_eval_tasks}
+        results[str(split)] = {k: v for k, v in result.items() if k != "per_task"} | {"n_tasks": n_tasks or config.n_eval_tasks}
     return results
 
 
