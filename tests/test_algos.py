@@ -284,7 +284,8 @@ def test_eval_callback_writes_the_learning_curve(model_path: str, tmp_path: Path
                             deterministic=False, temperature=0.4)
     model.learn(total_timesteps=2 * 24, callback=callback, progress_bar=True)
     rows = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in rows] == list(range(1, model._iterations + 1))
+    assert [r["iteration"] for r in rows] == list(range(0, model._iterations + 1))  # 0: the untrained policy
+    assert rows[0]["num_timesteps"] == 0
     assert all(r["n_episodes"] == 2 and len(r["per_task"]) == 2 for r in rows)
     assert model.policy.temperature == 5.0  # the evaluation temperature was only borrowed
 

@@ -93,8 +93,9 @@ class CheckpointCallback(_IterationCallback):
 
 
 class EvalCallback(_IterationCallback):
-    """Evaluate on held-out tasks every ``eval_freq`` iterations; logs ``eval/*`` and
-    appends a row to ``eval.jsonl`` in the logger folder (the learning curve).
+    """Evaluate on held-out tasks before training (a fresh model) and every ``eval_freq``
+    iterations; logs ``eval/*`` and appends a row to ``eval.jsonl`` in the logger folder
+    (the learning curve).
 
     :param eval_env: a GroupedTextVecEnv on an eval split (group size 1 is usual).
     :param n_eval_tasks: task seeds ``0..n_eval_tasks-1`` of the split.
@@ -113,6 +114,11 @@ class EvalCallback(_IterationCallback):
         self.temperature = temperature
         self.log_name = log_name
         self.results: list[dict[str, Any]] = []
+
+    def _on_training_start(self) -> None:
+        if self._iterations() == 0:  # the untrained policy: the first point of the learning curve
+            self._last_done = 0
+            self._on_iteration()
 
     def _on_training_end(self) -> None:
         done_before = self._last_done
