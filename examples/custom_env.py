@@ -1,13 +1,21 @@
 """Drop in your own text env: subclass TextEnv, register it, vectorize it, train on it.
 
+A :class:`~milegpo.envs.TextEnv` subclass implements ``_reset``, ``_step`` and
+``admissible_commands``; the base class does the rest (invalid actions, the horizon,
+the info keys). Registered, it works everywhere a built-in env does:
+``make_vec_env``, ``MileGPO("LLMPolicy", env)``, ``milegpo train --env examples/Safe-v0``
+(after importing this file), ``milegpo play``.
+
 Run: ``python examples/custom_env.py`` (a random rollout, then a short MileGPO run
-with a tiny offline model in "choose" mode).
+with a tiny offline model in "choose" mode, well under a minute on a CPU;
+``--steps`` sets the budget).
 """
 
 from __future__ import annotations
 
+import argparse
 import random
-import tempfile
+from pathlib import Path
 
 from milegpo.envs import TextEnv, make_vec_env, register_env
 
@@ -53,18 +61,42 @@ def random_rollout(seed: int = 0) -> float:
 
 
 # --------------------------------------------------------------------- training
-def main() -> None:
-    """Train MileGPO on the safe with a tiny offline model (a few updates on a CPU)."""
+#: Every word the safe prints or is told, for the tiny model's word-level tokenizer.
+VOCABULARY = ["a locked safe. the dial is at zero. open the safe. the safe opens! click. the dial spins back.",
+              "0 1 2 3 of 3 digits set. turn dial to"]
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Train MileGPO on the safe with a tiny offline model; return success before and after."""
     from milegpo import MileGPO
     from milegpo.policies import tiny_model
 
-    env = make_vec_env("examples/Safe-v0", n_tasks=2, group_size=8, seed=0)
-    vocab = ["a locked safe. the dial is at zero. open the safe. the safe opens! click the dial spins back",
-             "of digits set turn dial to 0 1 2 3"]
-    model_dir = tiny_model(vocab, tempfile.mkdtemp(prefix="safe-model-"))
-    model = MileGPO("LLMPolicy", env, learning_rate=1e-3, policy_kwargs={"model": model_dir, "mode": "choose"}, verbose=1)
-    model.learn(total_timesteps=600)
+    parser = argparse.ArgumentParser(description="MileGPO on the custom Safe env (tiny offline LM, CPU).")
+    parser.add_argument("--steps", type=int, default=4_000, help="env-step budget of training")
+    parser.add_argument("--n-eval-tasks", type=int, default=20, help="tasks evaluated before and after training")
+    parser.add_argument("--out", default="runs/custom_env", help="folder of the tiny model and the checkpoint")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    env = make_vec_env("examples/Safe-v0", n_tasks=2, group_size=8, seed=args.seed)
+    eval_env = make_vec_env("examples/Safe-v0", n_tasks=args.n_eval_tasks, group_size=4, seed=args.seed)
+    out = Path(args.out)
+    model_dir = tiny_model(VOCABULARY, out / "base_model", hidden_size=32, num_layers=1, num_heads=2, seed=args.seed)
+    model = MileGPO("LLMPolicy", env, learning_rate=3e-3, batch_size=64, seed=args.seed, verbose=1,
+                    policy_kwargs={"model": model_dir, "mode": "choose", "lora": {"r": 8, "alpha": 16}})
+
+    def success() -> float:  # sampled actions: a greedy policy without memory repeats one digit
+        return model.evaluate(eval_env, n_episodes=args.n_eval_tasks, deterministic=False)["success_rate"]
+
+    before = success()
+    model.learn(total_timesteps=args.steps)
+    after = success()
+    model.save(out / "final")  # the LoRA adapter + optimizer state; MileGPO.load(out / "final", env) resumes
     env.close()
+    eval_env.close()
+    print(f"success on {args.n_eval_tasks} safes (sampled): {before:.2f} before, {after:.2f} after "
+          f"{model.num_timesteps} env steps")
+    return {"success_before": before, "success_after": after, "num_timesteps": float(model.num_timesteps)}
 
 
 if __name__ == "__main__":

@@ -1,20 +1,27 @@
-"""Plots of a training run: the learning curve and the credit diagnostics.
+"""Plots of a training run: the learning curve, the credit diagnostics and the credit of one trajectory.
 
-Both read the files a run writes (SB3's ``progress.csv``), so they also work on
+They read the files a run writes (SB3's ``progress.csv``; ``last_batch.npz``, the
+last iteration's :class:`~milegpo.algos.credit.StepBatch`), so they also work on
 a run folder after the fact: ``python -m milegpo.plots RUN_DIR``.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from milegpo.algos.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory  # noqa: E402
 
 #: credit/* columns drawn in the diagnostics figure, with their axis titles.
 CREDIT_PANELS = {
@@ -24,6 +31,13 @@ CREDIT_PANELS = {
     "credit/pcc_kept": "milestone candidates kept by PCC",
     "credit/sign_flip_frac": "steps whose credit sign differs from the episode",
 }
+
+#: The trainer's file of the last iteration's StepBatch in the log folder
+#: (``milegpo.algos.base.LAST_BATCH_FILE``; its format is in :func:`load_step_batch`).
+LAST_BATCH_FILE = "last_batch.npz"
+METHOD_LABELS = {"grpo": "GRPO", "gigpo": "GiGPO", "graphgpo": "GraphGPO", "milegpo": "MileGPO"}
+#: Characters of an action shown as a tick label.
+ACTION_CHARS = 32
 
 
 def read_progress(path: str | Path) -> dict[str, list[float]]:
@@ -75,6 +89,119 @@ def plot_credit_diagnostics(progress_csv: str | Path, out_png: str | Path, title
     return _save(fig, out_png)
 
 
+def load_step_batch(path: str | Path) -> StepBatch:
+    """Read a StepBatch saved by the trainer (``last_batch.npz``; nothing is unpickled).
+
+    Format: an ``.npz`` with one numeric array per numeric :class:`StepBatch` field
+    and, for the text columns ``state_keys``, ``next_state_keys`` and ``actions``, the
+    UTF-8 bytes (``uint8`` array) of a JSON list of strings; ``meta`` holds the UTF-8
+    JSON of the iteration, env steps and credit method of the batch.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return StepBatch(**{name: _json_array(data, name) if name in _TEXT_FIELDS else data[name]
+                                for name in _BATCH_FIELDS})
+    except (OSError, KeyError, ValueError) as error:
+        raise ValueError(f"cannot read a StepBatch from {str(path)!r}: {error}") from error
+
+
+def pick_trajectory(batch: StepBatch) -> int:
+    """A telling trajectory to plot: the longest success of a task whose group also failed,
+    else the longest success, else the longest trajectory."""
+    lengths = np.bincount(batch.traj_ids, minlength=batch.num_trajectories)
+    task_of = np.zeros(batch.num_trajectories, dtype=np.int64)
+    task_of[batch.traj_ids] = batch.task_ids
+    mixed_tasks = {q for q in set(task_of.tolist()) if len(set(batch.success[task_of == q].tolist())) == 2}
+    for candidates in ([i for i in range(batch.num_trajectories) if batch.success[i] and task_of[i] in mixed_tasks],
+                       np.flatnonzero(batch.success).tolist(), list(range(batch.num_trajectories))):
+        if candidates:
+            return int(max(candidates, key=lambda i: lengths[i]))
+    raise ValueError("the batch has no trajectories")
+
+
+def plot_trajectory_credit(batch: StepBatch, traj_id: int | None, out_png: str | Path,
+                           methods: Iterable[str] = CREDIT_METHODS,
+                           configs: Mapping[str, Any] | None = None, title: str = "") -> Path:
+    """The per-step credit of one trajectory under each method, as grouped bars over its steps.
+
+    The credit of a step depends on the whole batch (its group, the task graph), so the
+    methods are run on ``batch`` and the rows of ``traj_id`` are drawn; the actions are the
+    x tick labels (invalid ones in red) and the title gives the trajectory's outcome.
+
+    :param traj_id: the trajectory to draw; None picks one with :func:`pick_trajectory`.
+    :param configs: config or overrides per method (e.g. ``{"milegpo": {"preset": "webshop"}}``).
+    """
+    methods = list(methods)
+    traj_id = pick_trajectory(batch) if traj_id is None else int(traj_id)
+    credit = credit_of_trajectory(batch, traj_id, methods, configs)
+    rows = np.flatnonzero(batch.traj_ids == traj_id)
+    rows = rows[np.argsort(batch.step_idx[rows], kind="stable")]
+    n_steps, width = len(rows), 0.8 / max(len(methods), 1)
+    fig, ax = plt.subplots(figsize=(min(max(7.0, 0.45 * n_steps + 2.5), 30.0), 4.8))
+    x = np.arange(n_steps)
+    for k, method in enumerate(methods):
+        ax.bar(x + (k - (len(methods) - 1) / 2) * width, credit[method], width,
+               label=METHOD_LABELS.get(method, method))
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    if all(np.allclose(values, 0.0) for values in credit.values()):
+        ax.text(0.5, 0.5, "every step gets 0: the outcomes of this task's group do not differ",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{t}: {_shorten(a)}" for t, a in enumerate(batch.actions[rows])], rotation=60, ha="right",
+                       fontsize=7)
+    for label, valid in zip(ax.get_xticklabels(), batch.valid[rows]):
+        if not valid:
+            label.set_color("red")
+    won = bool(batch.success[traj_id])
+    ax.set_facecolor("#eef7ee" if won else "#f9ecec")
+    ax.set_ylabel("step advantage")
+    ax.set_xlabel("step: action (red: invalid)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=len(methods))
+    outcome = f"{'success' if won else 'failure'}, return {batch.outcomes[traj_id]:g}, {n_steps} steps"
+    heading = f"trajectory {traj_id} of task {batch.task_ids[rows[0]]}: {outcome}"
+    ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=10)
+    return _save(fig, out_png)
+
+
+def plot_run_trajectory_credit(run_dir: str | Path, traj_id: int | None = None) -> Path | None:
+    """``trajectory_credit.png`` of a run folder from its ``last_batch.npz`` (None if it has none).
+
+    The trained method gets the run's credit preset and ``credit_kwargs`` (from
+    ``config.json``); MileGPO gets the run's preset in any case.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / LAST_BATCH_FILE).exists():
+        return None
+    configs: dict[str, dict[str, Any]] = {}
+    if (run_dir / "config.json").exists():
+        config = json.loads((run_dir / "config.json").read_text())
+        if config.get("credit_preset"):
+            configs["milegpo"] = {"preset": config["credit_preset"]}
+        algo = config.get("algo")
+        if algo in CREDIT_METHODS:
+            configs[algo] = {**configs.get(algo, {}), **(config.get("credit_kwargs") or {})}
+    batch = load_step_batch(run_dir / LAST_BATCH_FILE)
+    with np.load(run_dir / LAST_BATCH_FILE, allow_pickle=False) as data:
+        meta = _json_array(data, "meta") if "meta" in data else {}
+    title = f"{run_dir.name}, iteration {meta['iteration']}" if "iteration" in meta else run_dir.name
+    return plot_trajectory_credit(batch, traj_id, run_dir / "trajectory_credit.png", configs=configs, title=title)
+
+
+_TEXT_FIELDS = ("state_keys", "next_state_keys", "actions")
+_BATCH_FIELDS = ("task_ids", "traj_ids", "step_idx", "state_keys", "next_state_keys", "actions", "rewards", "valid",
+                 "dones", "outcomes", "success")
+
+
+def _json_array(data: Any, key: str) -> Any:
+    return json.loads(bytes(data[key]).decode("utf-8"))
+
+
+def _shorten(text: object) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= ACTION_CHARS else text[: ACTION_CHARS - 3] + "..."
+
+
 def _to_float(value: str | None) -> float:
     try:
         return float(value) if value not in (None, "") else math.nan
@@ -96,6 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     progress = run_dir / "progress.csv"
     print(plot_learning_curve(progress, run_dir / "learning_curve.png"))
     print(plot_credit_diagnostics(progress, run_dir / "credit_diagnostics.png"))
+    trajectory_png = plot_run_trajectory_credit(run_dir)
+    if trajectory_png is not None:
+        print(trajectory_png)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,205 @@
+"""The examples run as written (each ``main`` with a tiny budget), the configs load, and the
+per-trajectory credit plot draws what the credit functions give."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.envs.registration import load_env_creator
+
+from milegpo import plots
+from milegpo.algos.credit import StepBatch, credit_of_trajectory
+from milegpo.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+CONFIGS = sorted((ROOT / "configs").glob("*.json"))
+
+
+def load_example(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------ examples
+def test_custom_env_example_trains_and_saves(tmp_path):
+    result = load_example("custom_env").main(["--steps", "40", "--n-eval-tasks", "2", "--out", str(tmp_path)])
+    assert 0.0 <= result["success_before"] <= 1.0 and 0.0 <= result["success_after"] <= 1.0
+    assert result["num_timesteps"] >= 40
+    assert (tmp_path / "final").is_dir() and (tmp_path / "base_model" / "config.json").exists()
+
+
+def test_alfworld_example_trains_and_evaluates_both_splits(tmp_path):
+    pytest.importorskip("alfworld")
+    results = load_example("alfworld_milegpo").main(
+        ["--steps", "10", "--n-tasks", "1", "--group-size", "2", "--horizon", "5", "--n-eval-tasks", "1",
+         "--out", str(tmp_path)])  # fmt: skip
+    assert set(results) == {"eval_id", "eval_ood"}
+    for result in results.values():
+        assert result["n_episodes"] == 1 and 1 <= result["mean_length"] <= 5
+        assert 0.0 <= result["success_rate"] <= 1.0
+    assert json.loads((tmp_path / "eval_final.json").read_text()) == results
+    for name in ("progress.csv", "credit_diagnostics.jsonl", "trajectory_credit.png", "final"):
+        assert (tmp_path / name).exists(), name
+    batch = plots.load_step_batch(tmp_path / plots.LAST_BATCH_FILE)
+    assert batch.num_trajectories == 2 and 2 <= batch.num_steps <= 10  # 1 game x 2 copies, horizon 5
+    assert len(set(batch.task_ids.tolist())) == 1
+
+
+def test_webshop_example_runs_the_papers_reward_and_preset(tmp_path):
+    results = load_example("webshop_milegpo").main(
+        ["--steps", "10", "--n-tasks", "1", "--group-size", "2", "--horizon", "4", "--n-eval-tasks", "1",
+         "--out", str(tmp_path), "--no-progress-bar"])  # fmt: skip
+    assert set(results) == {"eval"} and 0.0 <= results["eval"]["success_rate"] <= 1.0
+    config = TrainConfig.from_file(tmp_path / "config.json")
+    assert config.env_kwargs["success_reward"] == 10.0 and config.credit_preset == "webshop"
+    assert config.eval_splits == ["eval"]
+    # the real batch of the run draws as a trajectory-credit plot
+    assert plots.plot_run_trajectory_credit(tmp_path) == tmp_path / "trajectory_credit.png"
+
+
+def test_compare_algorithms_uses_one_base_model_for_all_four(tmp_path):
+    config = {**json.loads((ROOT / "configs" / "house_cpu.json").read_text()), "eval_copies": 1, "eval_freq": 100}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    results = load_example("compare_algorithms").main(
+        ["--config", str(tmp_path / "config.json"), "--steps", "10", "--n-tasks", "1", "--group-size", "2",
+         "--n-eval-tasks", "1", "--env-kwargs", '{"max_episode_steps": 5}', "--out", str(tmp_path / "runs"),
+         "--no-progress-bar"])  # fmt: skip
+    assert list(results) == ["grpo", "gigpo", "graphgpo", "milegpo"]
+    models = set()
+    for algo, row in results.items():
+        assert 0.0 <= row["eval_id"] <= 1.0 and 0.0 <= row["eval_ood"] <= 1.0 and 0.0 <= row["train_last"] <= 1.0
+        run = TrainConfig.from_file(tmp_path / "runs" / algo / "config.json")
+        assert run.algo == algo and run.total_timesteps == 10 and run.env_kwargs == {"max_episode_steps": 5}
+        models.add(run.model)
+    assert models == {str(tmp_path / "runs" / "base_model")}
+
+
+# ------------------------------------------------------------------- configs
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_config_loads_and_its_env_kwargs_exist(path):
+    config = TrainConfig.from_file(path)
+    assert json.loads(path.read_text()).keys() <= {f.name for f in dataclasses.fields(TrainConfig)}
+    env_class = load_env_creator(gymnasium.spec(config.env).entry_point)
+    parameters = inspect.signature(env_class).parameters
+    assert set(config.env_kwargs) <= set(parameters), f"{path.name}: unknown env kwargs for {config.env}"
+    assert config.algo in ("milegpo", "graphgpo", "gigpo", "grpo")
+
+
+@pytest.mark.parametrize("name, env, horizon, prompt_tokens, preset", [
+    ("paper_alfworld_gpu.json", "milegpo/ALFWorld-v0", 50, 2048, "alfworld"),
+    ("paper_webshop_gpu.json", "milegpo/WebShop-v0", 15, 4096, "webshop"),
+])  # fmt: skip
+def test_paper_configs_hold_the_papers_setting(name, env, horizon, prompt_tokens, preset):
+    config = TrainConfig.from_file(ROOT / "configs" / name)
+    assert (config.env, config.env_kwargs["max_episode_steps"], config.max_prompt_tokens) == (env, horizon, prompt_tokens)
+    assert config.credit_preset == preset and config.env_kwargs["success_reward"] == 10.0
+    assert (config.model, config.mode, config.n_tasks, config.group_size) == ("Qwen/Qwen2.5-1.5B-Instruct", "generate", 16, 8)
+    assert (config.learning_rate, config.kl_coef, config.ent_coef, config.clip_range) == (1e-6, 0.01, 0.001, 0.2)
+    assert (config.temperature, config.eval_temperature, config.history_length) == (1.0, 0.4, 2)
+    assert config.think and config.dtype == "bf16" and config.device == "cuda"
+
+
+# ------------------------------------------------- per-trajectory credit plot
+def hand_batch() -> StepBatch:
+    """Task 0: one success among three (the middle route), task 1: two failures."""
+    return StepBatch.from_trajectories(
+        [["s0", "a", "b", "goal"], ["s0", "a", "a", "a"], ["s0", "c", "c"], ["t0", "t1", "t1"], ["t0", "t1"]],
+        success=[True, False, False, False, False],
+        task_ids=[0, 0, 0, 1, 1],
+        actions=[["go a", "go b", "open the goal door with the brass key"], ["go a", "wait", "wait"], ["go c", "wait"],
+                 ["go t1", "jump"], ["go t1"]],
+        valid=[[True, True, True], [True, False, False], [True, True], [True, False], [True]],
+    )
+
+
+def test_save_and_load_step_batch_round_trip(tmp_path):
+    from milegpo.algos.base import LAST_BATCH_FILE, save_step_batch
+
+    assert LAST_BATCH_FILE == plots.LAST_BATCH_FILE
+    batch = hand_batch()
+    batch.actions[0] = "öffne die Tür 🚪"  # non-ASCII text survives
+    save_step_batch(batch, tmp_path / LAST_BATCH_FILE, {"iteration": 3})
+    with np.load(tmp_path / LAST_BATCH_FILE, allow_pickle=False) as data:
+        assert all(data[name].dtype != object for name in data.files)
+    loaded = plots.load_step_batch(tmp_path / LAST_BATCH_FILE)
+    for field in dataclasses.fields(StepBatch):
+        assert np.array_equal(getattr(loaded, field.name), getattr(batch, field.name)), field.name
+    assert not list(tmp_path.glob("*.tmp*"))
+    (tmp_path / "bad.npz").write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match="cannot read a StepBatch"):
+        plots.load_step_batch(tmp_path / "bad.npz")
+
+
+def test_pick_trajectory_prefers_the_longest_success_of_a_mixed_group():
+    assert plots.pick_trajectory(hand_batch()) == 0
+    only_failures = StepBatch.from_trajectories([["x", "y"], ["x", "y", "z", "w"]], success=[False, False])
+    assert plots.pick_trajectory(only_failures) == 1  # no success anywhere: the longest
+
+
+def test_plot_trajectory_credit_draws_each_methods_credit_per_step(tmp_path, monkeypatch):
+    figures = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, out: (figures.append(fig), save(fig, out))[1])
+    batch = hand_batch()
+    configs = {"milegpo": {"preset": "alfworld"}}
+    out = plots.plot_trajectory_credit(batch, 1, tmp_path / "credit.png", configs=configs, title="hand-built")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    ax = figures[0].axes[0]
+    expected = credit_of_trajectory(batch, 1, configs=configs)
+    bars = [patch.get_height() for patch in ax.patches]
+    assert np.allclose(bars, np.concatenate([expected[m] for m in ("grpo", "gigpo", "graphgpo", "milegpo")]))
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["GRPO", "GiGPO", "GraphGPO", "MileGPO"]
+    labels = ax.get_xticklabels()
+    assert [label.get_text() for label in labels] == ["0: go a", "1: wait", "2: wait"]
+    assert [label.get_color() for label in labels][1:] == ["red", "red"]  # the invalid steps
+    assert "failure" in ax.get_title() and "task 0" in ax.get_title()
+    assert any(expected[m].any() for m in expected)  # a mixed group: the credit is not all zero
+
+
+def test_plot_trajectory_credit_shortens_long_actions_and_rejects_unknown_trajectories(tmp_path, monkeypatch):
+    figures = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, out: (figures.append(fig), save(fig, out))[1])
+    plots.plot_trajectory_credit(hand_batch(), None, tmp_path / "credit.png", methods=["grpo", "milegpo"])
+    ax = figures[0].axes[0]
+    assert len(ax.patches) == 2 * 3 and "success" in ax.get_title()
+    assert all(len(label.get_text()) <= plots.ACTION_CHARS + 3 for label in ax.get_xticklabels())
+    with pytest.raises(ValueError, match="no steps"):
+        plots.plot_trajectory_credit(hand_batch(), 42, tmp_path / "none.png")
+
+
+def test_plot_run_trajectory_credit_uses_the_runs_credit_settings(tmp_path, monkeypatch):
+    from milegpo.algos.base import save_step_batch
+
+    assert plots.plot_run_trajectory_credit(tmp_path) is None  # no last_batch.npz: nothing to draw
+    save_step_batch(hand_batch(), tmp_path / plots.LAST_BATCH_FILE, {"iteration": 7})
+    (tmp_path / "config.json").write_text(json.dumps({"algo": "gigpo", "credit_preset": "webshop",
+                                                      "credit_kwargs": {"gamma": 0.9}}))
+    calls = []
+    draw = plots.plot_trajectory_credit
+    monkeypatch.setattr(plots, "plot_trajectory_credit", lambda *a, **kw: (calls.append(kw), draw(*a, **kw))[1])
+    assert plots.plot_run_trajectory_credit(tmp_path) == tmp_path / "trajectory_credit.png"
+    assert (tmp_path / "trajectory_credit.png").stat().st_size > 0
+    assert calls[0]["configs"] == {"milegpo": {"preset": "webshop"}, "gigpo": {"gamma": 0.9}}
+    assert calls[0]["title"] == f"{tmp_path.name}, iteration 7"
