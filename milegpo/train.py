@@ -15,7 +15,10 @@ A run folder holds everything needed to read, plot, evaluate or resume the run::
       learning_curve.png, credit_diagnostics.png
 
 The defaults of :class:`TrainConfig` are the CPU demo: MileGPO in ``choose`` mode,
-a tiny offline model, the built-in House env; it learns visibly in a few minutes.
+a tiny offline model (hidden size 32, one layer), the built-in House env, a
+memoryless prompt (task + observation). They are the settings of the
+learning-efficiency benchmark (``benchmarks/learning_efficiency.json``). For a real
+LM use a config file: ``configs/paper_alfworld_gpu.json`` is the paper's setting.
 """
 
 from __future__ import annotations
@@ -52,36 +55,38 @@ class TrainConfig:
     n_epochs: int = 1
     batch_size: int | None = 256
     kl_coef: float = 0.0
-    ent_coef: float = 0.001
+    ent_coef: float = 0.0
     clip_range: float = 0.2
     lora_r: int = 16
     lora_alpha: int = 32
     #: prompt template: a family name of milegpo.policies.PROMPT_TEMPLATES or a format string
-    prompt_template: str | None = None
-    history_length: int = 2
+    prompt_template: str | None = "{task} {observation}"
+    history_length: int = 0
     max_prompt_tokens: int = 2048
     #: choose mode: score a command by the "sum" or the "mean" of its token log-probs
-    candidate_score: str = "sum"
+    #: ("mean" keeps a randomly initialised tiny LM from always picking the shortest command)
+    candidate_score: str = "mean"
     temperature: float = 1.0
-    #: held-out evaluation: sample at this temperature (paper: 0.4); None = greedy
-    eval_temperature: float | None = 0.4
+    #: held-out evaluation: sample at this temperature (the paper: 0.4; the demo's
+    #: memoryless policy needs its training temperature 1.0 to escape loops); None = greedy
+    eval_temperature: float | None = 1.0
     max_new_tokens: int = 512
     think: bool = False
     dtype: str | None = None
     credit_preset: str | None = None
     credit_kwargs: dict[str, Any] = field(default_factory=dict)
-    n_eval_tasks: int = 20
+    n_eval_tasks: int = 50
     #: episodes per held-out task (sampled evaluation is noisy: several copies per task)
-    eval_copies: int = 4
-    eval_freq: int = 2
-    checkpoint_freq: int = 2
+    eval_copies: int = 2
+    eval_freq: int = 5
+    checkpoint_freq: int = 5
     subprocess: bool = False
     device: str = "auto"
     seed: int = 0
     #: tiny model size (used only when ``model`` is None)
-    tiny_hidden_size: int = 64
-    tiny_layers: int = 2
-    tiny_heads: int = 4
+    tiny_hidden_size: int = 32
+    tiny_layers: int = 1
+    tiny_heads: int = 2
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
