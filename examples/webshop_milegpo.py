@@ -12,13 +12,15 @@ reward: ``success_reward=10`` for a purchase scoring 1.0, else 0 (the raw score 
 logged as ``score``). ``credit_preset="webshop"`` sets MileGPO's WebShop values
 (theta_m 0.5, rho 0.5, eta 1.0, kappa_bc 1).
 
-CPU (default, about two minutes)::
+CPU (default: 3,000 env steps, about 5 minutes on 2 shared cores; in one measured run
+the training rollouts' mean score rose from 0.22 to about 0.55 while full successes,
+score 1.0, stayed rare)::
 
     python examples/webshop_milegpo.py
 
 GPU, the paper's model (or ``milegpo train --config configs/paper_webshop_gpu.json``)::
 
-    python examples/webshop_milegpo.py --model Qwen/Qwen2.5-1.5B-Instruct --mode generate --device cuda \\
+    python examples/webshop_milegpo.py --model Qwen/Qwen2.5-1.5B-Instruct --mode generate --think --device cuda \\
         --n-tasks 16 --group-size 8 --steps 500000
 """
 
@@ -44,6 +46,8 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
         mode=args.mode,
         prompt_template="webshop",
         candidate_score="mean",  # choose mode: length-normalised command scores (no bias to short commands)
+        think=args.think,
+        max_prompt_tokens=4096,
         n_tasks=args.n_tasks,
         group_size=args.group_size,
         total_timesteps=args.steps,
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=3_000, help="env-step budget of training")
     parser.add_argument("--model", default=None, help="hub name or local path of a causal LM (default: a tiny offline LM)")
     parser.add_argument("--mode", choices=("choose", "generate"), default="choose")
+    parser.add_argument("--think", action="store_true", help="generate mode: reason in <think>...</think> first (paper)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--n-tasks", type=int, default=4, help="goals per iteration")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per goal (K)")
