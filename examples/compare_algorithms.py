@@ -4,11 +4,12 @@ The four algorithms share the rollouts, the buffer, the update and the logging a
 differ only by their credit function, so one :class:`~milegpo.train.TrainConfig` with
 another ``algo`` is a fair comparison. The base model is built (or named) once and
 every run starts from it; every run draws the same tasks (same seed). Each run is a
-normal run folder under ``--out`` (logs, plots, checkpoints). The shared setting is a
-config file (default ``configs/house_cpu.json``); flags override single fields.
+normal run folder under ``--out`` (logs, plots, checkpoints). The shared setting is
+:class:`TrainConfig`'s defaults (the CPU demo: House, a tiny LM, choose mode) or a
+config file; flags override single fields.
 
-    python examples/compare_algorithms.py                     # House, tiny LM, 24k env steps each: ~6 min on 2 cores
-    python examples/compare_algorithms.py --steps 6000        # a quick look (~2 min)
+    python examples/compare_algorithms.py                     # House, tiny LM, 24k env steps each
+    python examples/compare_algorithms.py --steps 6000        # a quick look
     python examples/compare_algorithms.py --config configs/paper_alfworld_gpu.json --steps 200000   # GPU
 
 One seed is an anecdote: for means and spreads over seeds, learning curves and the
@@ -30,8 +31,6 @@ from milegpo.plots import METHOD_LABELS, read_progress
 from milegpo.train import TrainConfig, prepare_model, train
 
 ALGOS = ("grpo", "gigpo", "graphgpo", "milegpo")
-#: The CPU setting of the House learning test: tiny LM, observation-only prompt, mean candidate score.
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "house_cpu.json"
 #: The flags that override a TrainConfig field of the same name.
 CONFIG_FLAGS = ("env", "env_kwargs", "eval_splits", "total_timesteps", "n_tasks", "group_size", "n_eval_tasks", "model",
                 "device", "seed")
@@ -46,7 +45,7 @@ def last_train_success(run_dir: Path) -> float:
 def parse_config(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]:
     """The shared TrainConfig: ``--config`` with the flags that were given on top."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="JSON file of TrainConfig fields shared by the runs")
+    parser.add_argument("--config", help="JSON file of TrainConfig fields shared by the runs (default: the CPU demo)")
     parser.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
     parser.add_argument("--out", default="runs/compare", help="folder of the runs")
     parser.add_argument("--no-progress-bar", action="store_true")
@@ -63,7 +62,7 @@ def parse_config(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespac
     fields.add_argument("--seed", type=int)
     args = parser.parse_args(argv)
     overrides = {name: getattr(args, name) for name in CONFIG_FLAGS if getattr(args, name) is not None}
-    config = TrainConfig.from_file(args.config)
+    config = TrainConfig.from_file(args.config) if args.config else TrainConfig()
     return TrainConfig.from_dict({**dataclasses.asdict(config), **overrides}), args
 
 

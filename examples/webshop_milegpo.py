@@ -47,6 +47,7 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
         prompt_template="webshop",
         candidate_score="mean",  # choose mode: length-normalised command scores (no bias to short commands)
         think=args.think,
+        history_length=2,  # the last 2 observation/action pairs in the prompt (papers)
         max_prompt_tokens=4096,
         n_tasks=args.n_tasks,
         group_size=args.group_size,
@@ -56,6 +57,8 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
         ent_coef=0.001,
         credit_preset="webshop",
         n_eval_tasks=args.n_eval_tasks,
+        eval_copies=4,
+        eval_temperature=0.4,  # sampled held-out evaluation, as the papers
         eval_freq=args.eval_freq,
         checkpoint_freq=args.eval_freq,
         device=args.device,
