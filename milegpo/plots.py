@@ -25,11 +25,11 @@ from milegpo.algos.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory
 
 #: credit/* columns drawn in the diagnostics figure, with their axis titles.
 CREDIT_PANELS = {
-    "credit/n_milestones": "milestones found per task",
-    "credit/n_traps": "traps found per task",
-    "credit/ties_broken": "GraphGPO ties broken by MileGPO",
-    "credit/pcc_kept": "milestone candidates kept by PCC",
-    "credit/sign_flip_frac": "steps whose credit sign differs from the episode",
+    "credit/num_milestones_kept": "milestones (all tasks)",
+    "credit/num_trap_candidates": "traps (all tasks)",
+    "credit/ties_broken": "GraphGPO ties\nbroken by MileGPO",
+    "credit/pcc_keep_frac": "candidates\nkept by PCC",
+    "credit/sign_flip_frac": "credit sign !=\nepisode sign",
 }
 
 #: The trainer's file of the last iteration's StepBatch in the log folder
@@ -51,14 +51,24 @@ def read_progress(path: str | Path) -> dict[str, list[float]]:
 
 
 def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: str = "") -> Path:
-    """Success rate (train rollouts and, when logged, held-out eval) against env steps."""
+    """Success rate of the train rollouts and of the held-out evaluation against env steps.
+
+    The held-out points come from ``eval.jsonl`` beside ``progress.csv`` when it exists
+    (exact step counts, the untrained policy at 0), else from the csv's ``eval/*`` column.
+    """
     data = read_progress(progress_csv)
     steps = data.get("time/total_timesteps", [])
     fig, ax = plt.subplots(figsize=(6, 4))
-    for key, label in (("rollout/success_rate", "train rollouts"), ("eval/success_rate", "held-out eval")):
-        points = [(s, v) for s, v in zip(steps, data.get(key, [])) if not math.isnan(v)]
+    train = [(s, v) for s, v in zip(steps, data.get("rollout/success_rate", [])) if not math.isnan(v)]
+    eval_file = Path(progress_csv).with_name("eval.jsonl")
+    if eval_file.exists():
+        rows = [json.loads(line) for line in eval_file.read_text().splitlines() if line.strip()]
+        held_out = [(row["num_timesteps"], row["success_rate"]) for row in rows]
+    else:
+        held_out = [(s, v) for s, v in zip(steps, data.get("eval/success_rate", [])) if not math.isnan(v)]
+    for points, label, marker in ((train, "train rollouts", None), (held_out, "held-out eval", "o")):
         if points:
-            ax.plot(*zip(*points), marker="o" if key.startswith("eval") else None, label=label)
+            ax.plot(*zip(*points), marker=marker, label=label)
     ax.set_xlabel("env steps")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
