@@ -56,6 +56,9 @@ class TrainConfig:
     batch_size: int | None = 256
     kl_coef: float = 0.0
     ent_coef: float = 0.0
+    #: tokens per forward/backward pass (gradient accumulation: a memory knob, not a hyperparameter)
+    micro_batch_tokens: int = 8192
+    gradient_checkpointing: bool = False
     clip_range: float = 0.2
     lora_r: int = 16
     lora_alpha: int = 32
@@ -124,6 +127,7 @@ class TrainConfig:
             "temperature": self.temperature,
             "max_new_tokens": self.max_new_tokens,
             "think": self.think,
+            "gradient_checkpointing": self.gradient_checkpointing,
             "seed": self.seed,
         }
 
@@ -206,7 +210,8 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     else:
         model = algo_class(
             "LLMPolicy", env, learning_rate=config.learning_rate, n_epochs=config.n_epochs,
-            batch_size=config.batch_size, kl_coef=config.kl_coef, ent_coef=config.ent_coef,
+            batch_size=config.batch_size, micro_batch_tokens=config.micro_batch_tokens,
+            kl_coef=config.kl_coef, ent_coef=config.ent_coef,
             clip_range=config.clip_range, credit_preset=config.credit_preset,
             credit_kwargs=dict(config.credit_kwargs), policy_kwargs=config.policy_kwargs(model_path),
             verbose=verbose, seed=config.seed, device=config.device,
@@ -267,9 +272,10 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
 
 
 def write_plots(run_dir: Path) -> None:
-    from milegpo.plots import plot_credit_diagnostics, plot_learning_curve
+    from milegpo.plots import plot_credit_diagnostics, plot_learning_curve, plot_run_trajectory_credit
 
     progress = run_dir / "progress.csv"
     if progress.exists() and progress.stat().st_size:
         plot_learning_curve(progress, run_dir / "learning_curve.png", title=run_dir.name)
         plot_credit_diagnostics(progress, run_dir / "credit_diagnostics.png", title=run_dir.name)
+    plot_run_trajectory_credit(run_dir)  # trajectory_credit.png from last_batch.npz (nothing without one)
