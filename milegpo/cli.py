@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from milegpo.algos.credit import CREDIT_METHODS
+
 #: Functions adding one subcommand each to the ``milegpo`` parser, in help order.
 SUBCOMMANDS: list[Callable[[Any], None]] = []
 
@@ -136,7 +138,8 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--seed": ("seed", int, "random seed"),
 }
 
-TRAIN_CHOICES = {"algo": ("milegpo", "graphgpo", "gigpo", "grpo"), "mode": ("choose", "generate")}
+#: one algorithm per credit method (milegpo.algos.ALGORITHMS; the credit package imports no torch)
+TRAIN_CHOICES = {"algo": CREDIT_METHODS, "mode": ("choose", "generate")}
 
 
 @subcommand
