@@ -77,12 +77,12 @@ def _speed(progress_csv: Path) -> dict:
 
 
 def area_under_curve(curve: list[dict], budget: int) -> float:
-    """Mean held-out success over [0, budget] env steps (trapezoids; the curve starts at its first point)."""
-    if not curve:
+    """Mean held-out success over [0, budget] env steps (trapezoids between the eval points;
+    the curve is held flat from its last point before the budget to the budget)."""
+    points = [(p["num_timesteps"], p["success_rate"]) for p in curve if p["num_timesteps"] <= budget]
+    if not points:
         return float("nan")
-    steps = np.array([0.0] + [p["num_timesteps"] for p in curve] + [budget], dtype=float)
-    values = np.array([curve[0]["success_rate"]] + [p["success_rate"] for p in curve] + [curve[-1]["success_rate"]])
-    steps, values = steps[steps <= budget], values[: int((steps <= budget).sum())]
+    steps, values = (np.array(column, dtype=float) for column in zip(*points, (budget, points[-1][1])))
     return float(np.trapezoid(values, steps) / budget)
 
 
@@ -149,6 +149,15 @@ def plot(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def rewrite_summary(path: Path) -> None:
+    """Recompute the table and plot of an existing results JSON (no training)."""
+    report = json.loads(path.read_text())
+    report["table"] = summarize(report["runs"], report["budget_env_steps"])
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_table(report["table"], path.with_suffix(".md"))
+    plot(report["runs"], path.with_suffix(".png"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
@@ -161,7 +170,12 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
                         help="override single fields of --config, e.g. learning_rate=0.003")
     parser.add_argument("--out", default=str(RESULTS / "learning_efficiency"), help="output path prefix")
+    parser.add_argument("--summarize-only", action="store_true", help="redo table and plot from OUT.json")
     args = parser.parse_args()
+    if args.summarize_only:
+        rewrite_summary(Path(args.out).with_suffix(".json"))
+        print(Path(args.out).with_suffix(".md").read_text())
+        return
 
     shared = json.loads(Path(args.config).read_text()) if args.config else {}
     shared.update({key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)})
