@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from milegpo.algos.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory  # noqa: E402
+from milegpo.algos.credit.batch import LAST_BATCH_FILE, load_step_batch  # noqa: E402
 
 #: credit/* columns drawn in the diagnostics figure, with their axis titles.
 CREDIT_PANELS = {
@@ -32,9 +33,6 @@ CREDIT_PANELS = {
     "credit/sign_flip_frac": "credit sign !=\nepisode sign",
 }
 
-#: The trainer's file of the last iteration's StepBatch in the log folder
-#: (``milegpo.algos.base.LAST_BATCH_FILE``; its format is in :func:`load_step_batch`).
-LAST_BATCH_FILE = "last_batch.npz"
 METHOD_LABELS = {"grpo": "GRPO", "gigpo": "GiGPO", "graphgpo": "GraphGPO", "milegpo": "MileGPO"}
 #: Characters of an action shown as a tick label.
 ACTION_CHARS = 32
@@ -97,22 +95,6 @@ def plot_credit_diagnostics(progress_csv: str | Path, out_png: str | Path, title
     axes[-1, 0].set_xlabel("env steps")
     fig.suptitle(title or "credit diagnostics")
     return _save(fig, out_png)
-
-
-def load_step_batch(path: str | Path) -> StepBatch:
-    """Read a StepBatch saved by the trainer (``last_batch.npz``; nothing is unpickled).
-
-    Format: an ``.npz`` with one numeric array per numeric :class:`StepBatch` field
-    and, for the text columns ``state_keys``, ``next_state_keys`` and ``actions``, the
-    UTF-8 bytes (``uint8`` array) of a JSON list of strings; ``meta`` holds the UTF-8
-    JSON of the iteration, env steps and credit method of the batch.
-    """
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return StepBatch(**{name: _json_array(data, name) if name in _TEXT_FIELDS else data[name]
-                                for name in _BATCH_FIELDS})
-    except (OSError, KeyError, ValueError) as error:
-        raise ValueError(f"cannot read a StepBatch from {str(path)!r}: {error}") from error
 
 
 def pick_trajectory(batch: StepBatch) -> int:
@@ -191,20 +173,9 @@ def plot_run_trajectory_credit(run_dir: str | Path, traj_id: int | None = None) 
         algo = config.get("algo")
         if algo in CREDIT_METHODS:
             configs[algo] = {**configs.get(algo, {}), **(config.get("credit_kwargs") or {})}
-    batch = load_step_batch(run_dir / LAST_BATCH_FILE)
-    with np.load(run_dir / LAST_BATCH_FILE, allow_pickle=False) as data:
-        meta = _json_array(data, "meta") if "meta" in data else {}
+    batch, meta = load_step_batch(run_dir / LAST_BATCH_FILE)
     title = f"{run_dir.name}, iteration {meta['iteration']}" if "iteration" in meta else run_dir.name
     return plot_trajectory_credit(batch, traj_id, run_dir / "trajectory_credit.png", configs=configs, title=title)
-
-
-_TEXT_FIELDS = ("state_keys", "next_state_keys", "actions")
-_BATCH_FIELDS = ("task_ids", "traj_ids", "step_idx", "state_keys", "next_state_keys", "actions", "rewards", "valid",
-                 "dones", "outcomes", "success")
-
-
-def _json_array(data: Any, key: str) -> Any:
-    return json.loads(bytes(data[key]).decode("utf-8"))
 
 
 def _shorten(text: object) -> str:

@@ -16,6 +16,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from milegpo import plots
 from milegpo.algos.credit import StepBatch, credit_of_trajectory
+from milegpo.algos.credit.batch import LAST_BATCH_FILE, load_step_batch, save_step_batch
 from milegpo.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def test_alfworld_example_trains_and_evaluates_both_splits(tmp_path):
     assert json.loads((tmp_path / "eval_final.json").read_text()) == results
     for name in ("progress.csv", "credit_diagnostics.jsonl", "trajectory_credit.png", "final"):
         assert (tmp_path / name).exists(), name
-    batch = plots.load_step_batch(tmp_path / plots.LAST_BATCH_FILE)
+    batch, _ = load_step_batch(tmp_path / LAST_BATCH_FILE)
     assert batch.num_trajectories == 2 and 2 <= batch.num_steps <= 10  # 1 game x 2 copies, horizon 5
     assert len(set(batch.task_ids.tolist())) == 1
 
@@ -132,21 +133,19 @@ def hand_batch() -> StepBatch:
 
 
 def test_save_and_load_step_batch_round_trip(tmp_path):
-    from milegpo.algos.base import LAST_BATCH_FILE, save_step_batch
-
-    assert LAST_BATCH_FILE == plots.LAST_BATCH_FILE
     batch = hand_batch()
     batch.actions[0] = "öffne die Tür 🚪"  # non-ASCII text survives
     save_step_batch(batch, tmp_path / LAST_BATCH_FILE, {"iteration": 3})
     with np.load(tmp_path / LAST_BATCH_FILE, allow_pickle=False) as data:
         assert all(data[name].dtype != object for name in data.files)
-    loaded = plots.load_step_batch(tmp_path / LAST_BATCH_FILE)
+    loaded, meta = load_step_batch(tmp_path / LAST_BATCH_FILE)
+    assert meta == {"iteration": 3}
     for field in dataclasses.fields(StepBatch):
         assert np.array_equal(getattr(loaded, field.name), getattr(batch, field.name)), field.name
     assert not list(tmp_path.glob("*.tmp*"))
     (tmp_path / "bad.npz").write_bytes(b"not a zip file")
     with pytest.raises(ValueError, match="cannot read a StepBatch"):
-        plots.load_step_batch(tmp_path / "bad.npz")
+        load_step_batch(tmp_path / "bad.npz")
 
 
 def test_pick_trajectory_prefers_the_longest_success_of_a_mixed_group():
@@ -189,10 +188,8 @@ def test_plot_trajectory_credit_shortens_long_actions_and_rejects_unknown_trajec
 
 
 def test_plot_run_trajectory_credit_uses_the_runs_credit_settings(tmp_path, monkeypatch):
-    from milegpo.algos.base import save_step_batch
-
     assert plots.plot_run_trajectory_credit(tmp_path) is None  # no last_batch.npz: nothing to draw
-    save_step_batch(hand_batch(), tmp_path / plots.LAST_BATCH_FILE, {"iteration": 7})
+    save_step_batch(hand_batch(), tmp_path / LAST_BATCH_FILE, {"iteration": 7})
     (tmp_path / "config.json").write_text(json.dumps({"algo": "gigpo", "credit_preset": "webshop",
                                                       "credit_kwargs": {"gamma": 0.9}}))
     calls = []

@@ -66,6 +66,7 @@ import milegpo
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos.buffer import TextRolloutBuffer, split_by_tokens, step_tokens
 from milegpo.algos.credit import StepBatch, make_credit_config
+from milegpo.algos.credit.batch import LAST_BATCH_FILE, save_step_batch
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.policies import LLMPolicy
@@ -75,8 +76,6 @@ logger = logging.getLogger(__name__)
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
 
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
-#: The last iteration's StepBatch in the logger folder (read by ``milegpo.plots.load_step_batch``).
-LAST_BATCH_FILE = "last_batch.npz"
 
 #: Constructor arguments saved in a checkpoint's config (all plain values).
 HYPERPARAMETERS = (
@@ -693,26 +692,6 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         model.ep_info_buffer = deque(maxlen=model._stats_window_size)
         model.ep_success_buffer = deque(maxlen=model._stats_window_size)
         return model
-
-
-def save_step_batch(batch: StepBatch, path: str | os.PathLike, meta: dict[str, Any] | None = None) -> None:
-    """Write ``batch`` to ``path`` as an ``.npz`` that loads without unpickling (atomically).
-
-    Numeric fields are arrays; the text fields and ``meta`` are the UTF-8 bytes of their
-    JSON. :func:`milegpo.plots.load_step_batch` reads it back.
-    """
-
-    def utf8_json(value: Any) -> np.ndarray:
-        return np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
-
-    arrays = {name: getattr(batch, name) for name in ("task_ids", "traj_ids", "step_idx", "rewards", "valid", "dones",
-                                                       "outcomes", "success")}
-    for name in ("state_keys", "next_state_keys", "actions"):
-        arrays[name] = utf8_json([str(text) for text in getattr(batch, name)])
-    arrays["meta"] = utf8_json(meta or {})
-    tmp = f"{os.fspath(path)}.tmp.npz"
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, path)
 
 
 def _pad(rows: list[np.ndarray], length: int, device: th.device) -> th.Tensor:

@@ -9,7 +9,10 @@ Pure numpy: no torch, no env, no model.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -168,3 +171,47 @@ class CreditResult:
     advantages: np.ndarray
     diagnostics: dict[str, Any] = field(default_factory=dict)
     components: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+#: The file in a run's log folder holding the last iteration's StepBatch (written by the trainer).
+LAST_BATCH_FILE = "last_batch.npz"
+_NUMERIC_FIELDS = ("task_ids", "traj_ids", "step_idx", "rewards", "valid", "dones", "outcomes", "success")
+_TEXT_FIELDS = ("state_keys", "next_state_keys", "actions")
+
+
+def save_step_batch(batch: StepBatch, path: str | os.PathLike, meta: dict[str, Any] | None = None) -> None:
+    """Write ``batch`` to ``path`` as an ``.npz`` that loads without unpickling (atomically).
+
+    Numeric fields are arrays; the text fields and ``meta`` are the UTF-8 bytes
+    (``uint8`` arrays) of their JSON. :func:`load_step_batch` reads it back.
+    """
+    arrays = {name: getattr(batch, name) for name in _NUMERIC_FIELDS}
+    for name in _TEXT_FIELDS:
+        arrays[name] = _utf8_json([str(text) for text in getattr(batch, name)])
+    arrays["meta"] = _utf8_json(meta or {})
+    tmp = f"{os.fspath(path)}.tmp.npz"
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def load_step_batch(path: str | Path) -> tuple[StepBatch, dict[str, Any]]:
+    """Read a file of :func:`save_step_batch`: the batch and its ``meta`` (nothing is unpickled).
+
+    Raises ``ValueError`` naming the file when it is missing, corrupt or incomplete.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            fields = {name: data[name] for name in _NUMERIC_FIELDS}
+            fields.update({name: _from_utf8_json(data[name]) for name in _TEXT_FIELDS})
+            meta = _from_utf8_json(data["meta"]) if "meta" in data else {}
+        return StepBatch(**fields), meta
+    except (OSError, KeyError, ValueError) as error:
+        raise ValueError(f"cannot read a StepBatch from {str(path)!r}: {error}") from error
+
+
+def _utf8_json(value: Any) -> np.ndarray:
+    return np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
+
+
+def _from_utf8_json(array: np.ndarray) -> Any:
+    return json.loads(bytes(array).decode("utf-8"))
