@@ -8,7 +8,7 @@ normal run folder under ``--out`` (logs, plots, checkpoints). The shared setting
 :class:`TrainConfig`'s defaults (the CPU demo: House, a tiny LM, choose mode) or a
 config file; flags override single fields.
 
-    python examples/compare_algorithms.py                     # House, tiny LM, 24k env steps each (~6 min)
+    python examples/compare_algorithms.py                     # House, tiny LM, 24k env steps each (3 min here)
     python examples/compare_algorithms.py --steps 6000        # a quick look (measured: 86 s on 2 shared cores)
     python examples/compare_algorithms.py --config configs/paper_alfworld_gpu.json --steps 200000   # GPU
 
