@@ -219,14 +219,19 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     model.set_logger(configure(str(run_dir), ["stdout", "csv", "tensorboard"] if verbose else ["csv", "tensorboard"]))
 
     callbacks = [CheckpointCallback(config.checkpoint_freq, run_dir / "checkpoints")]
-    if config.eval_splits:
-        callbacks.append(EvalCallback(_eval_env(config, config.eval_splits[0]), eval_freq=config.eval_freq,
-                                      n_eval_tasks=config.n_eval_tasks, **_eval_sampling(config)))
+    curve_env = _eval_env(config, config.eval_splits[0]) if config.eval_splits else None
+    if curve_env is not None:
+        callbacks.append(EvalCallback(curve_env, eval_freq=config.eval_freq, n_eval_tasks=config.n_eval_tasks,
+                                      **_eval_sampling(config)))
     remaining = config.total_timesteps - model.num_timesteps
-    if remaining > 0:
-        model.learn(remaining, callback=callbacks, reset_num_timesteps=last is None, progress_bar=progress_bar)
+    try:
+        if remaining > 0:
+            model.learn(remaining, callback=callbacks, reset_num_timesteps=last is None, progress_bar=progress_bar)
+    finally:
+        env.close()
+        if curve_env is not None:
+            curve_env.close()
     model.save(run_dir / "final")
-    env.close()
 
     results = evaluate_model(model, config)
     (run_dir / "eval_final.json").write_text(json.dumps(results, indent=2) + "\n")
