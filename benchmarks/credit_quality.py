@@ -63,34 +63,32 @@ def rollout_groups(n_tasks: int, group_size: int, horizon: int, seed: int) -> tu
     env = make_env("milegpo/House-v0", max_episode_steps=horizon)
     rng = random.Random(seed)
     unsolvable = horizon + 1
-    rows: dict[str, list] = {k: [] for k in ("task", "traj", "t", "s", "s2", "a", "r", "valid", "done", "d", "d2")}
-    outcomes, success = [], []
-    task_seeds = rng.sample(range(env.num_tasks), n_tasks)
-    for task, task_seed in enumerate(task_seeds):
+    trajectories: dict[str, list] = {k: [] for k in ("states", "success", "task_ids", "actions", "rewards", "valid")}
+    distances: list[list[int]] = []  # per trajectory, d* of its states s_0 .. s_T
+    for task, task_seed in enumerate(rng.sample(range(env.num_tasks), n_tasks)):
         for _ in range(group_size):
-            traj = len(outcomes)
             _, info = env.reset(seed=task_seed)
-            plan = env.solve()
-            dist = len(plan) if plan is not None else unsolvable
-            total, t, done = 0.0, 0, False
+            states, actions, rewards, valid, dists, done = [info["state_key"]], [], [], [], [], False
             while not done:
-                state = info["state_key"]
+                plan = [] if info["won"] else env.solve()
+                dists.append(len(plan) if plan is not None else unsolvable)
                 action = rng.choice(info["admissible_commands"])
                 _, reward, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
-                plan = [] if info["won"] else env.solve()
-                next_dist = len(plan) if plan is not None else unsolvable
-                for key, value in (("task", task), ("traj", traj), ("t", t), ("s", state), ("s2", info["state_key"]),
-                                   ("a", action), ("r", reward), ("valid", info["valid_action"]), ("done", done),
-                                   ("d", dist), ("d2", next_dist)):
-                    rows[key].append(value)
-                total, t, dist = total + reward, t + 1, next_dist
-            outcomes.append(total)
-            success.append(bool(info["won"]))
-    batch = StepBatch(task_ids=rows["task"], traj_ids=rows["traj"], step_idx=rows["t"], state_keys=rows["s"],
-                      next_state_keys=rows["s2"], actions=rows["a"], rewards=rows["r"], valid=rows["valid"],
-                      dones=rows["done"], outcomes=outcomes, success=success)
-    return batch, np.array(rows["d"], dtype=float), np.array(rows["d2"], dtype=float)
+                states.append(info["state_key"])
+                actions.append(action)
+                rewards.append(reward)
+                valid.append(info["valid_action"])
+            plan = [] if info["won"] else env.solve()
+            dists.append(len(plan) if plan is not None else unsolvable)
+            for key, value in (("states", states), ("success", bool(info["won"])), ("task_ids", task),
+                               ("actions", actions), ("rewards", rewards), ("valid", valid)):
+                trajectories[key].append(value)
+            distances.append(dists)
+    batch = StepBatch.from_trajectories(**trajectories)
+    dist = np.concatenate([d[:-1] for d in distances]).astype(float)
+    next_dist = np.concatenate([d[1:] for d in distances]).astype(float)
+    return batch, dist, next_dist
 
 
 def same_state_pairs(batch: StepBatch, progress: np.ndarray, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from milegpo.algos.credit import CREDIT_METHODS
+from milegpo.plots import METHOD_LABELS
+
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
-ALGOS = ("grpo", "gigpo", "graphgpo", "milegpo")
-LABELS = {"grpo": "GRPO", "gigpo": "GiGPO", "graphgpo": "GraphGPO", "milegpo": "MileGPO"}
 
 #: Benchmark envs: TrainConfig fields shared by every algorithm on that env.
 ENVS: dict[str, dict] = {
@@ -89,7 +90,7 @@ def area_under_curve(curve: list[dict], budget: int) -> float:
 def summarize(runs: list[dict], budget: int) -> dict:
     table: dict = {}
     for env in sorted({r["env"] for r in runs}):
-        for algo in ALGOS:
+        for algo in CREDIT_METHODS:
             group = [r for r in runs if r["env"] == env and r["algo"] == algo]
             if not group:
                 continue
@@ -113,7 +114,7 @@ def write_table(table: dict, path: Path) -> None:
                   "|---|---|" + "---|" * (len(splits) + 1)]
         for algo, row in rows.items():
             cells = [f"{row[s]['mean']:.3f} ± {row[s]['std']:.3f}" for s in splits]
-            lines.append(f"| {LABELS[algo]} | {row['n_seeds']} | " + " | ".join(cells)
+            lines.append(f"| {METHOD_LABELS[algo]} | {row['n_seeds']} | " + " | ".join(cells)
                          + f" | {row['auc']['mean']:.3f} ± {row['auc']['std']:.3f} |")
         lines.append("")
     path.write_text("\n".join(lines))
@@ -128,7 +129,7 @@ def plot(runs: list[dict], path: Path) -> None:
     envs = sorted({r["env"] for r in runs})
     fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False)
     for ax, env in zip(axes[0], envs):
-        for algo in ALGOS:
+        for algo in CREDIT_METHODS:
             group = [r for r in runs if r["env"] == env and r["algo"] == algo and r["curve"]]
             if not group:
                 continue
@@ -136,7 +137,7 @@ def plot(runs: list[dict], path: Path) -> None:
             steps = np.mean([[p["num_timesteps"] for p in r["curve"][:length]] for r in group], axis=0)
             values = np.array([[p["success_rate"] for p in r["curve"][:length]] for r in group])
             mean, std = values.mean(axis=0), values.std(axis=0)
-            ax.plot(steps, mean, label=LABELS[algo], marker="o", markersize=3)
+            ax.plot(steps, mean, label=METHOD_LABELS[algo], marker="o", markersize=3)
             ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
         ax.set_title(f"{ENVS[env]['env']} (held-out eval_id, {len(group)} seeds)")
         ax.set_xlabel("env steps")
@@ -161,7 +162,7 @@ def rewrite_summary(path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
+    parser.add_argument("--algos", nargs="+", default=list(CREDIT_METHODS), choices=list(CREDIT_METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=12_000, help="env-step budget per run")
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
@@ -192,7 +193,7 @@ def main() -> None:
         runs = []
         for result in pool.imap_unordered(run_one, jobs):
             runs.append(result)
-            print(f"{result['env']:6s} {LABELS[result['algo']]:8s} seed {result['seed']}: "
+            print(f"{result['env']:6s} {METHOD_LABELS[result['algo']]:8s} seed {result['seed']}: "
                   f"final {result['final']}  ({result['wall_s']:.0f} s)", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
