@@ -43,9 +43,6 @@ class CreditConfig:
             raise ValueError(f"{cls.__name__} has no field(s) {unknown}; valid fields: {list(cls.field_names())}")
         return cls(**overrides)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def _check_range(name: str, value: float, low: float | None = None, high: float | None = None) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
