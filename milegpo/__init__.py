@@ -2,13 +2,16 @@
 
 ``MileGPO("LLMPolicy", env).learn(total_timesteps)`` - see the README.
 Heavy modules (torch, transformers) are imported only when an algorithm or a
-policy is first used, so ``import milegpo.envs`` stays light.
+policy is first used, so ``import milegpo`` stays light; it registers the env ids,
+so ``gymnasium.make("milegpo/House-v0")`` works after it.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+import milegpo.envs.registration  # noqa: F401  registers the env ids (string entry points: cheap)
 
 __version__ = "0.1.0"
 

@@ -82,6 +82,9 @@ def play(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO |
         for episode in range(args.episodes):
             if not _play_episode(env, args.env_id, args.seed + episode, stdin, stdout):
                 break
+    except KeyboardInterrupt:
+        print("\nquit.", file=stdout)
+        return 130
     finally:
         env.close()
     return 0
@@ -101,14 +104,10 @@ def _play_episode(env: Any, env_id: str, seed: int, stdin: TextIO, stdout: TextI
                 print(f"  {number:2d}. {command}", file=stdout)
         else:
             print("  (type any command)", file=stdout)
-        print("> ", end="", file=stdout, flush=True)
-        line = stdin.readline()
-        if not line or line.strip() == QUIT:  # end of input counts as quitting
+        action = _read_command(commands, stdin, stdout)
+        if action is None:  # ':q' or end of input
             print(f"\nquit. total reward {total:g}", file=stdout)
             return False
-        action = line.strip()
-        if commands and action.isdigit() and 1 <= int(action) <= len(commands):
-            action = commands[int(action) - 1]
         observation, reward, terminated, truncated, info = env.step(action)
         total += reward
         note = "" if info["valid_action"] else "  (invalid action: state unchanged)"
@@ -119,13 +118,35 @@ def _play_episode(env: Any, env_id: str, seed: int, stdin: TextIO, stdout: TextI
             return True
 
 
+def _read_command(commands: list[str] | None, stdin: TextIO, stdout: TextIO) -> str | None:
+    """Prompt until the player types a command (None: quit). A number picks from ``commands``;
+    a command differing from a listed one only in case is taken as that one; an empty line or a
+    number out of range is answered with a hint and costs no step."""
+    while True:
+        print("> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line or line.strip() == QUIT:
+            return None
+        action = line.strip()
+        if not action:
+            print(f"  type a command{' or its number' if commands else ''} ({QUIT} quits)", file=stdout)
+            continue
+        if commands and action.isdigit():
+            if 1 <= int(action) <= len(commands):
+                return commands[int(action) - 1]
+            print(f"  no command {action}: pick 1-{len(commands)}", file=stdout)
+            continue
+        listed = {command.lower(): command for command in commands or []}
+        return listed.get(action.lower(), action)
+
+
 # ---------------------------------------------------------------------- train
 #: command-line flag -> TrainConfig field (flags left unset keep the config's value)
 TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--algo": ("algo", str, "milegpo | graphgpo | gigpo | grpo"),
+    "--algo": ("algo", str, "credit method"),
     "--env": ("env", str, "registered env id"),
-    "--model": ("model", str, "hub name or local path of a causal LM (default: an offline tiny model)"),
-    "--mode": ("mode", str, "choose (score admissible commands) | generate (free text + <action>)"),
+    "--model": ("model", str, "hub name or local path of a causal LM (none: an offline tiny model)"),
+    "--mode": ("mode", str, "choose: score admissible commands; generate: free text + <action>"),
     "--group-size": ("group_size", int, "rollouts per task (K)"),
     "--n-tasks": ("n_tasks", int, "tasks per iteration"),
     "--steps": ("total_timesteps", int, "env-step budget"),
@@ -134,28 +155,53 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--kl-coef": ("kl_coef", float, "k3 KL weight to the reference policy"),
     "--credit-preset": ("credit_preset", str, "alfworld | webshop (MileGPO's per-env hyperparameters)"),
     "--n-eval-tasks": ("n_eval_tasks", int, "held-out tasks per eval split"),
-    "--device": ("device", str, "auto | cpu | cuda"),
+    "--eval-freq": ("eval_freq", int, "iterations between held-out evaluations"),
+    "--checkpoint-freq": ("checkpoint_freq", int, "iterations between checkpoints"),
+    "--train-split": ("train_split", str, "the env's training split ('none': the env has no splits)"),
+    "--device": ("device", str, "auto (CUDA when there is one) | cpu | cuda | cuda:N"),
     "--seed": ("seed", int, "random seed"),
 }
 
 #: one algorithm per credit method (milegpo.algos.ALGORITHMS; the credit package imports no torch)
 TRAIN_CHOICES = {"algo": CREDIT_METHODS, "mode": ("choose", "generate")}
+#: split names meaning "no split"
+NO_SPLIT = ("none", "null")
 
 
 @subcommand
 def _train_parser(subparsers: Any) -> None:
+    from milegpo.train import TrainConfig
+
+    defaults = TrainConfig()
     parser = subparsers.add_parser(
         "train", help="train an agent (no arguments: the CPU demo, MileGPO on milegpo/House-v0)",
-        description="Train MileGPO (or a baseline) and write a run folder with logs, plots and checkpoints.",
+        description="Train MileGPO (or a baseline) and write a run folder with logs, plots and checkpoints. "
+                    "Flags override the --config file; defaults shown are the CPU demo's.",
     )
     parser.add_argument("--config", help="JSON file of TrainConfig fields (flags override it)")
     for flag, (field, kind, help_text) in TRAIN_FLAGS.items():
+        help_text = f"{help_text} (default: {getattr(defaults, field)})"
         parser.add_argument(flag, dest=field, type=kind, default=None, help=help_text, choices=TRAIN_CHOICES.get(field))
+    parser.add_argument("--eval-split", dest="eval_splits", action="append", default=None,
+                        help=f"held-out split, repeatable; 'none': no evaluation (default: {' '.join(defaults.eval_splits)})")
     parser.add_argument("--env-kwargs", type=env_kwargs_type, default=None, help="JSON object of env constructor arguments")
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<algo>-<env>-<time>)")
-    parser.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue a run from its last checkpoint")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help="continue a run from its newest intact checkpoint (its logs are cut back to it)")
     parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_train)
+
+
+def _train_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig fields set on the command line."""
+    overrides = {field: getattr(args, field) for field, _, _ in TRAIN_FLAGS.values() if getattr(args, field) is not None}
+    if str(overrides.get("train_split", "")).lower() in NO_SPLIT:
+        overrides["train_split"] = None
+    if args.eval_splits is not None:
+        overrides["eval_splits"] = [split for split in args.eval_splits if split.lower() not in NO_SPLIT]
+    if args.env_kwargs is not None:
+        overrides["env_kwargs"] = args.env_kwargs
+    return overrides
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -170,14 +216,15 @@ def run_train(args: argparse.Namespace) -> int:
             config = TrainConfig.from_file(args.config)
         else:
             config = TrainConfig()
-        overrides = {field: getattr(args, field) for field, _, _ in TRAIN_FLAGS.values() if getattr(args, field) is not None}
-        if args.env_kwargs is not None:
-            overrides["env_kwargs"] = args.env_kwargs
-        config = TrainConfig.from_dict({**config.__dict__, **overrides})
+        config = TrainConfig.from_dict({**config.__dict__, **_train_overrides(args)})
         train(config, run_dir=args.resume or args.run_dir, resume=bool(args.resume), progress_bar=not args.no_progress_bar)
     except (ValueError, FileNotFoundError, UnknownEnvError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        where = f" {args.resume or args.run_dir}" if (args.resume or args.run_dir) else " RUN_DIR"
+        print(f"\ninterrupted: continue with milegpo train --resume{where}", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -185,26 +232,40 @@ def run_train(args: argparse.Namespace) -> int:
 @subcommand
 def _eval_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a run folder on held-out tasks",
-                                   description="Greedy success of a trained run on eval splits.")
+                                   description="Success of a run's final (else latest) checkpoint on held-out splits. "
+                                               "Actions are sampled at the run's eval_temperature (greedy when it is "
+                                               "null) with a fixed seed per split: the same checkpoint, split and "
+                                               "settings always give the same number.")
     parser.add_argument("run_dir", help="a folder written by `milegpo train`")
     parser.add_argument("--split", action="append", default=None, help="eval split (repeatable; default: the run's)")
     parser.add_argument("--n-tasks", type=int, default=None, help="tasks per split (default: the run's n_eval_tasks)")
+    sampling = parser.add_mutually_exclusive_group()
+    sampling.add_argument("--temperature", type=float, default=None, help="sample at this temperature instead")
+    sampling.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
     parser.set_defaults(func=run_eval)
 
 
 def run_eval(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
-    from milegpo.train import evaluate_model, load_run
+    from milegpo.train import TrainConfig, evaluate_model, load_run
 
     try:
+        if args.n_tasks is not None and args.n_tasks < 1:
+            raise ValueError(f"--n-tasks must be >= 1, got {args.n_tasks}")
+        if args.temperature is not None and args.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0 (--greedy for greedy actions), got {args.temperature}")
         config, model = load_run(args.run_dir)
-        results = evaluate_model(model, config, splits=args.split, n_tasks=args.n_tasks)
+        if args.greedy or args.temperature is not None:
+            config = TrainConfig.from_dict({**config.__dict__, "eval_temperature": None if args.greedy else args.temperature})
+        results = evaluate_model(model, config, splits=args.split, n_tasks=args.n_tasks, progress=True)
     except (ValueError, FileNotFoundError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    sampling = "greedy" if config.eval_temperature is None else f"sampled at T={config.eval_temperature:g}"
     for split, result in results.items():
         print(f"{split}: success {result['success_rate']:.3f}, mean return {result['mean_return']:.2f}, "
-              f"mean length {result['mean_length']:.1f} over {result['n_episodes']} episodes of {result['n_tasks']} tasks")
+              f"mean length {result['mean_length']:.1f} over {result['n_episodes']} episodes of {result['n_tasks']} "
+              f"tasks ({sampling})")
     return 0
 
 

@@ -12,7 +12,15 @@ A run folder holds everything needed to read, plot, evaluate or resume the run::
       checkpoints/             periodic checkpoints (a killed run resumes from the last)
       final/                   the final checkpoint (LoRA adapter + optimizer + counters)
       eval_final.json          held-out success per eval split at the end
+      env_errors.log           full tracebacks of env failures (the console gets one line each)
       learning_curve.png, credit_diagnostics.png
+
+A run killed at any moment (even ``kill -9``) resumes with ``train(config, run_dir,
+resume=True)`` (``milegpo train --resume RUN_DIR``) from its newest intact
+checkpoint: every log is first cut back to that checkpoint's iteration
+(:mod:`milegpo.run_logs`), so after any number of kills each iteration is logged
+exactly once. Resuming a finished run does nothing. The whole config is checked
+(values, env, model, device) before anything is written.
 
 The defaults of :class:`TrainConfig` are the CPU demo: MileGPO in ``choose`` mode,
 a tiny offline model (hidden size 32, one layer), the built-in House env, a
@@ -25,14 +33,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milegpo.envs import make_env, make_vec_env
+from milegpo.algos.credit import CREDIT_METHODS
+from milegpo.envs import UnknownEnvError, make_env
 
 CONFIG_FILE = "config.json"
+PROGRESS_FILE = "progress.csv"
+EVAL_FINAL_FILE = "eval_final.json"
+ENV_ERRORS_FILE = "env_errors.log"
+CHECKPOINTS_DIR = "checkpoints"
+FINAL_DIR = "final"
+
+#: (field, smallest allowed value) of the integer fields
+_MIN_INTS = {"n_tasks": 1, "group_size": 1, "total_timesteps": 1, "n_epochs": 1, "micro_batch_tokens": 1,
+             "lora_r": 1, "history_length": 0, "max_prompt_tokens": 1, "max_new_tokens": 1, "n_eval_tasks": 1,
+             "eval_copies": 1, "eval_freq": 1, "checkpoint_freq": 1, "tiny_hidden_size": 1, "tiny_layers": 1,
+             "tiny_heads": 1}
 
 
 @dataclass
@@ -99,6 +123,35 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown config key(s) {unknown}; valid keys: {sorted(names)}")
         return cls(**values)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field and what it accepts (no I/O, no torch)."""
+        if self.algo not in CREDIT_METHODS:
+            raise ValueError(f"algo must be one of {list(CREDIT_METHODS)}, got {self.algo!r}")
+        if self.mode not in ("choose", "generate"):
+            raise ValueError(f"mode must be 'choose' or 'generate', got {self.mode!r}")
+        for name, smallest in _MIN_INTS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
+                raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise ValueError(f"batch_size must be an integer >= 1 or null (the whole rollout), got {self.batch_size!r}")
+        for name in ("learning_rate", "temperature", "clip_range", "lora_alpha"):
+            if not _number(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a number > 0, got {getattr(self, name)!r}")
+        for name in ("kl_coef", "ent_coef"):
+            if not _number(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
+        if self.eval_temperature is not None and (not _number(self.eval_temperature) or self.eval_temperature <= 0):
+            raise ValueError(f"eval_temperature must be > 0, or null for greedy evaluation, got {self.eval_temperature!r}")
+        if self.candidate_score not in ("sum", "mean"):
+            raise ValueError(f"candidate_score must be 'sum' or 'mean', got {self.candidate_score!r}")
+        if self.credit_preset not in (None, "alfworld", "webshop"):
+            raise ValueError(f"credit_preset must be 'alfworld', 'webshop' or null, got {self.credit_preset!r}")
+        if not isinstance(self.eval_splits, list):
+            raise ValueError(f"eval_splits must be a list of split names (may be empty), got {self.eval_splits!r}")
+        if self.device != "auto" and not str(self.device).startswith(("cpu", "cuda", "mps", "xpu")):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 
     @classmethod
     def from_file(cls, path: str | Path) -> TrainConfig:
@@ -175,7 +228,81 @@ def prepare_model(config: TrainConfig, run_dir: Path) -> str:
                       num_heads=config.tiny_heads, seed=config.seed)
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_setup(config: TrainConfig) -> None:
+    """Checks that need the env registry, the model files and torch; ``ValueError`` with what to do.
+
+    Run before a run folder is made, so a bad config leaves nothing behind.
+    """
+    config.validate()
+    _check_env(config)
+    _check_model(config.model)
+    _check_device(config.device)
+
+
+def _check_env(config: TrainConfig) -> None:
+    """Make the env once per split it will be made with (unknown id, bad kwargs, no splits)."""
+    for split in dict.fromkeys([config.train_split, *config.eval_splits]):
+        kwargs = config.env_kwargs_for(split)
+        try:
+            make_env(config.env, **kwargs).close()
+        except UnknownEnvError:
+            raise
+        except ImportError as exc:
+            raise ValueError(f"{config.env} needs a package that is not installed: {exc}") from None
+        except (TypeError, ValueError, FileNotFoundError, KeyError) as exc:
+            if split is not None and "split" in str(exc):
+                raise ValueError(f"{config.env} does not take split={split!r} ({exc}). If it has no task splits, pass "
+                                 "--train-split none --eval-split none (config: \"train_split\": null, "
+                                 "\"eval_splits\": [])") from None
+            raise ValueError(f"cannot make {config.env} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
+                             "Check --env-kwargs (the env's constructor arguments)") from None
+
+
+def _check_model(model: str | None) -> None:
+    """A model path must exist, a hub name must resolve (from the local cache when offline)."""
+    if model is None:
+        return
+    local = os.path.exists(os.path.expanduser(model))
+    if not local and (model.startswith((".", "/", "~")) or model.count("/") > 1 or os.sep + os.sep in model):
+        raise ValueError(f"model path {model!r} does not exist: give a folder with a transformers model "
+                         "(config.json, weights, tokenizer) or a hub name such as Qwen/Qwen2.5-1.5B-Instruct")
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(os.path.expanduser(model))
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = "the folder" if local else "the hub name (needs network or the local hub cache)"
+        raise ValueError(f"cannot load model {model!r}: {first_line}. Check {where}") from None
+
+
+def _check_device(device: str) -> None:
+    """An explicit CUDA device must exist (``auto`` picks CUDA when there is one, else the CPU)."""
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but this machine has no usable CUDA device "
+                         f"(torch {torch.__version__}): use --device cpu, or --device auto to take a GPU when there is one")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def eval_seed(config: TrainConfig, split: str | None) -> int:
+    """The seed of a split's sampled evaluation: fixed per (run seed, split), so a checkpoint's score on
+    a split does not depend on what was evaluated before it."""
+    return zlib.crc32(f"{config.seed}:{split}".encode())
+
+
 def _eval_env(config: TrainConfig, split: str | None):
+    from milegpo.envs import make_vec_env  # imports SB3 and torch: not at module import
+
     return make_vec_env(config.env, n_tasks=config.n_eval_tasks, group_size=config.eval_copies, seed=config.seed,
                         env_kwargs=config.env_kwargs_for(split), subprocess=config.subprocess)
 
@@ -187,60 +314,140 @@ def default_run_dir(config: TrainConfig) -> Path:
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool = False, progress_bar: bool = True,
           verbose: int = 1) -> Path:
-    """Train (or resume) a run and write its folder; returns the folder's path."""
-    from stable_baselines3.common.logger import configure
+    """Train (or resume) a run and write its folder; returns the folder's path.
 
-    from milegpo.algos import ALGORITHMS, CheckpointCallback, EvalCallback, latest_checkpoint
-
-    if config.algo not in ALGORITHMS:
-        raise ValueError(f"unknown algo {config.algo!r}; choose one of {sorted(ALGORITHMS)}")
+    Raises ``ValueError`` for a bad config (before anything is written),
+    ``FileNotFoundError`` when ``resume`` names no run folder.
+    """
+    check_setup(config)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
+    if resume and not (run_dir / CONFIG_FILE).exists():
+        raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo train` wrote")
+    if not resume and (run_dir / PROGRESS_FILE).exists():
+        raise ValueError(f"run folder {str(run_dir)!r} already has logs: continue it with --resume {run_dir}, "
+                         "or choose another --run-dir")
+    if resume and _finished(run_dir, config, verbose):
+        return run_dir
+
+    from milegpo.envs import make_vec_env
+
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+    env = None
+    try:
+        (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+        model_path = prepare_model(config, run_dir)
+        env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=config.seed,
+                           env_kwargs=config.env_kwargs_for(config.train_split), subprocess=config.subprocess)
+        env.errors.path = run_dir / ENV_ERRORS_FILE
+        model = _load_latest(config, run_dir / CHECKPOINTS_DIR, env, verbose) if resume else None
+        resumed = model is not None
+        if model is None:
+            model = _new_model(config, env, model_path, verbose)
+    except BaseException:
+        if env is not None:
+            env.close()
+        if created and not any((run_dir / CHECKPOINTS_DIR).glob("*")):
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was trained: leave no stray folder
+        raise
 
-    model_path = prepare_model(config, run_dir)
-    env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=config.seed,
-                       env_kwargs=config.env_kwargs_for(config.train_split), subprocess=config.subprocess)
-    algo_class = ALGORITHMS[config.algo]
-    last = latest_checkpoint(run_dir / "checkpoints") if resume else None
-    if last is not None:
-        model = algo_class.load(last, env=env, device=config.device)
-        if verbose:
-            print(f"Resuming {run_dir} from {last} at {model.num_timesteps} env steps")
-    else:
-        model = algo_class(
-            "LLMPolicy", env, learning_rate=config.learning_rate, n_epochs=config.n_epochs,
-            batch_size=config.batch_size, micro_batch_tokens=config.micro_batch_tokens,
-            kl_coef=config.kl_coef, ent_coef=config.ent_coef,
-            clip_range=config.clip_range, credit_preset=config.credit_preset,
-            credit_kwargs=dict(config.credit_kwargs), policy_kwargs=config.policy_kwargs(model_path),
-            verbose=verbose, seed=config.seed, device=config.device,
-        )
-    model.set_logger(configure(str(run_dir), ["stdout", "csv", "tensorboard"] if verbose else ["csv", "tensorboard"]))
+    from milegpo.run_logs import configure_run_logger, rollback_logs
 
-    callbacks = [CheckpointCallback(config.checkpoint_freq, run_dir / "checkpoints")]
+    if resume:  # cut the logs back to the checkpoint (everything, when starting over)
+        iteration = model._iterations if resumed else -1
+        dropped = rollback_logs(run_dir, iteration)
+        if verbose and any(dropped.values()):
+            print(f"Logs cut back to iteration {iteration}: dropped " +
+                  ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items() if n))
+    purge_step = (model.num_timesteps + 1 if resumed else 0) if resume else None
+    model.set_logger(configure_run_logger(run_dir, stdout=bool(verbose), purge_step=purge_step))
+
+    from milegpo.algos import CheckpointCallback, EvalCallback
+
+    callbacks = [CheckpointCallback(config.checkpoint_freq, run_dir / CHECKPOINTS_DIR)]
     curve_env = _eval_env(config, config.eval_splits[0]) if config.eval_splits else None
     if curve_env is not None:
         callbacks.append(EvalCallback(curve_env, eval_freq=config.eval_freq, n_eval_tasks=config.n_eval_tasks,
-                                      **_eval_sampling(config)))
+                                      seed=eval_seed(config, config.eval_splits[0]), **_eval_sampling(config)))
     remaining = config.total_timesteps - model.num_timesteps
     try:
         if remaining > 0:
-            model.learn(remaining, callback=callbacks, reset_num_timesteps=last is None, progress_bar=progress_bar)
+            model.learn(remaining, callback=callbacks, reset_num_timesteps=not resumed, progress_bar=progress_bar)
     finally:
         env.close()
         if curve_env is not None:
             curve_env.close()
-    model.save(run_dir / "final")
+    model.save(run_dir / FINAL_DIR)
+    _finish(model, config, run_dir, verbose)
+    return run_dir
 
-    results = evaluate_model(model, config)
-    (run_dir / "eval_final.json").write_text(json.dumps(results, indent=2) + "\n")
+
+def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int) -> Any:
+    from milegpo.algos import ALGORITHMS
+
+    return ALGORITHMS[config.algo](
+        "LLMPolicy", env, learning_rate=config.learning_rate, n_epochs=config.n_epochs,
+        batch_size=config.batch_size, micro_batch_tokens=config.micro_batch_tokens,
+        kl_coef=config.kl_coef, ent_coef=config.ent_coef,
+        clip_range=config.clip_range, credit_preset=config.credit_preset,
+        credit_kwargs=dict(config.credit_kwargs), policy_kwargs=config.policy_kwargs(model_path),
+        verbose=verbose, seed=config.seed, device=config.device,
+    )
+
+
+def _load_latest(config: TrainConfig, folder: Path, env: Any, verbose: int) -> Any | None:
+    """The newest intact checkpoint of ``folder`` loaded (a corrupt one is moved aside to
+    ``corrupt-<name>`` with a warning and the next older one tried); None when there is none."""
+    from milegpo.algos import ALGORITHMS
+    from milegpo.algos.checkpoint import CheckpointError, checkpoints
+
+    for path in checkpoints(folder):
+        try:
+            model = ALGORITHMS[config.algo].load(path, env=env, device=config.device)
+        except CheckpointError as exc:
+            aside = path.with_name(f"corrupt-{path.name}")
+            os.replace(path, aside)
+            print(f"warning: {exc}. Moved it to {aside}; trying the next older checkpoint", file=sys.stderr)
+            continue
+        if verbose:
+            print(f"Resuming from {path} at {model.num_timesteps} env steps (iteration {model._iterations})")
+        return model
+    if verbose:
+        print(f"No intact checkpoint in {folder}: starting the run over")
+    return None
+
+
+def _finished(run_dir: Path, config: TrainConfig, verbose: int) -> bool:
+    """Whether a run folder's final checkpoint already reached ``config.total_timesteps``;
+    if only its final evaluation is missing (killed during it), run that."""
+    from milegpo.algos import ALGORITHMS
+    from milegpo.algos.checkpoint import CheckpointError, read_config
+
+    try:
+        counters = read_config(run_dir / FINAL_DIR)["counters"]
+    except CheckpointError:
+        return False
+    if counters["num_timesteps"] < config.total_timesteps:
+        return False
+    if (run_dir / EVAL_FINAL_FILE).exists():
+        print(f"{run_dir} is finished ({counters['num_timesteps']} of {config.total_timesteps} env steps): "
+              f"nothing to do. To train further: milegpo train --resume {run_dir} --steps N (N > "
+              f"{counters['num_timesteps']})")
+        return True
+    model = ALGORITHMS[config.algo].load(run_dir / FINAL_DIR, device=config.device)
+    _finish(model, config, run_dir, verbose)
+    return True
+
+
+def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int) -> None:
+    """Final held-out evaluation and plots of a trained run."""
+    results = evaluate_model(model, config, progress=bool(verbose))
+    (run_dir / EVAL_FINAL_FILE).write_text(json.dumps(results, indent=2) + "\n")
     write_plots(run_dir)
     if verbose:
         for split, result in results.items():
             print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x {config.eval_copies}")
         print(f"Run folder: {run_dir}")
-    return run_dir
 
 
 def _eval_sampling(config: TrainConfig) -> dict[str, Any]:
@@ -251,13 +458,17 @@ def _eval_sampling(config: TrainConfig) -> dict[str, Any]:
 
 
 def evaluate_model(model: Any, config: TrainConfig, splits: list[str] | None = None,
-                   n_tasks: int | None = None) -> dict[str, dict[str, Any]]:
-    """Success on the first ``n_tasks`` tasks of each eval split (sampling as ``config.eval_temperature``)."""
+                   n_tasks: int | None = None, progress: bool = False) -> dict[str, dict[str, Any]]:
+    """Success on the first ``n_tasks`` tasks of each eval split, sampled at ``config.eval_temperature``
+    (greedy when it is None) with the split's fixed :func:`eval_seed`."""
     results = {}
     for split in splits or config.eval_splits or [None]:
         env = _eval_env(config, split)
-        result = model.evaluate(env, n_episodes=n_tasks or config.n_eval_tasks, **_eval_sampling(config))
-        env.close()
+        try:
+            result = model.evaluate(env, n_episodes=n_tasks or config.n_eval_tasks, seed=eval_seed(config, split),
+                                    progress=progress, **_eval_sampling(config))
+        finally:
+            env.close()
         results[str(split)] = {k: v for k, v in result.items() if k != "per_task"} | {"n_tasks": n_tasks or config.n_eval_tasks}
     return results
 
@@ -270,16 +481,16 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
     if not (run_dir / CONFIG_FILE).exists():
         raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo train` wrote")
     config = TrainConfig.from_file(run_dir / CONFIG_FILE)
-    checkpoint = run_dir / "final" if (run_dir / "final").exists() else latest_checkpoint(run_dir / "checkpoints")
+    checkpoint = run_dir / FINAL_DIR if (run_dir / FINAL_DIR).exists() else latest_checkpoint(run_dir / CHECKPOINTS_DIR)
     if checkpoint is None:
-        raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet (final/ or checkpoints/)")
+        raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet ({FINAL_DIR}/ or {CHECKPOINTS_DIR}/)")
     return config, ALGORITHMS[config.algo].load(checkpoint, device=config.device)
 
 
 def write_plots(run_dir: Path) -> None:
     from milegpo.plots import plot_credit_diagnostics, plot_learning_curve, plot_run_trajectory_credit
 
-    progress = run_dir / "progress.csv"
+    progress = run_dir / PROGRESS_FILE
     if progress.exists() and progress.stat().st_size:
         plot_learning_curve(progress, run_dir / "learning_curve.png", title=run_dir.name)
         plot_credit_diagnostics(progress, run_dir / "credit_diagnostics.png", title=run_dir.name)

@@ -224,12 +224,24 @@ def test_corrupt_or_mismatching_checkpoints_are_refused(model_path: str, tmp_pat
     (broken / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="corrupt config.json"):
         MileGPO.load(broken, env=house())
-    broken = copy("bad_weights")
-    (broken / "adapter" / "adapter_model.safetensors").write_bytes(b"\x00" * 64)
-    with pytest.raises(CheckpointError, match="does not fit"):
+    broken = copy("bad_weights")  # truncated: reported as corrupt, not as a mismatch
+    weights = broken / "adapter" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:64])
+    with pytest.raises(CheckpointError, match="is corrupt: adapter/adapter_model.safetensors has 64 bytes"):
+        MileGPO.load(broken, env=house())
+    broken = copy("flipped_weights")  # same size, other bytes
+    data = bytearray((good / "adapter" / "adapter_model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (broken / "adapter" / "adapter_model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="is corrupt: .*SHA-256"):
         MileGPO.load(broken, env=house())
     broken = copy("bad_optimizer")
     (broken / "optimizer.pt").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="is corrupt: optimizer.pt"):
+        MileGPO.load(broken, env=house())
+    broken = copy("bad_optimizer_no_manifest")  # checkpoints of older versions have no manifest
+    (broken / "optimizer.pt").write_bytes(b"garbage")
+    _tamper_config(broken, lambda c: c.pop("files"))
     with pytest.raises(CheckpointError, match="optimizer state"):
         MileGPO.load(broken, env=house())
     broken = copy("other_rank")  # the policy is built with r=4, the adapter has r=8

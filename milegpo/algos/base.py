@@ -100,10 +100,12 @@ _ATTRIBUTE = {"stats_window_size": "_stats_window_size"}
 
 
 class TextProgressBarCallback(ProgressBarCallback):
-    """SB3's progress bar, advanced by env steps of active envs (SB3 adds ``num_envs`` per call)."""
+    """SB3's progress bar, advanced by env steps of active envs (SB3 adds ``num_envs`` per call);
+    it stops at its total (the last rollout runs past the budget to finish its episodes)."""
 
     def _on_step(self) -> bool:
-        self.pbar.update(self.model.num_timesteps - self._start - self.pbar.n)
+        done = min(self.model.num_timesteps - self._start, self.pbar.total)
+        self.pbar.update(done - self.pbar.n)
         return True
 
     def _on_training_start(self) -> None:
@@ -237,6 +239,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         # seed of the per-iteration task draws; kept in checkpoints so a resumed run sees the same tasks
         self.task_seed_base = int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
         self._iterations = 0
+        self._elapsed_before = 0.0
         self._skipped_steps = 0
         self._dump_pending = False
         self._rollout_log: dict[str, float] = {}
@@ -297,6 +300,10 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     ) -> tuple[int, BaseCallback]:
         # every rollout starts from a fresh group reset with this iteration's task seeds
         self._last_obs = None
+        if reset_num_timesteps:
+            self._elapsed_before = 0.0
+        elif getattr(self, "start_time", None):  # a second learn() call continues the clock
+            self._elapsed_before = self.time_elapsed()
         if self.env is not None:
             self._seed_tasks(self.env)
         return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
@@ -309,12 +316,18 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         if progress_bar:
             callback = CallbackList([callback, TextProgressBarCallback()])
         callback.init_callback(self)
+        self._callback = callback
         return callback
 
     def _seed_tasks(self, env: VecEnv) -> None:
         """Seed the vec env's task draw for the current iteration (reproducible, resumable)."""
         seed = np.random.SeedSequence([self.task_seed_base, 0, self._iterations]).generate_state(1)[0]
         env.seed(int(seed))
+
+    def time_elapsed(self) -> float:
+        """Seconds of training so far, over all sessions of a resumed run."""
+        session = (time.time_ns() - self.start_time) / 1e9 if getattr(self, "start_time", None) else 0.0
+        return self._elapsed_before + session
 
     def learn(
         self: SelfGroupRL,
@@ -447,10 +460,10 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     def dump_logs(self, iteration: int = 0) -> None:
         """Record the rollout values; the dump itself happens at the end of ``train()``
         so that one log row holds one iteration's rollout and update numbers."""
-        time_elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        session = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
         self.logger.record("time/iterations", self._iterations + 1, exclude="tensorboard")
-        self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / time_elapsed))
-        self.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
+        self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / session))
+        self.logger.record("time/time_elapsed", int(self.time_elapsed()), exclude="tensorboard")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         for key, value in self._rollout_log.items():
             self.logger.record(key, value)
@@ -490,9 +503,22 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                                    "optimizer_steps": steps, "skipped_steps": skipped}
         self.logger.record("time/update_s", update_time)
         self.logger.record("time/update_tokens_per_s", self._last_update_stats["update_tokens_per_s"])
+        self._end_iteration()
+
+    def _end_iteration(self) -> None:
+        """After the update: callbacks that log (evaluation) add to this iteration's row, the row is
+        dumped, then callbacks that save (checkpoints) run, so a checkpoint never precedes its row."""
+        callbacks = [cb for cb in _flatten_callbacks(getattr(self, "_callback", None))
+                     if hasattr(cb, "on_iteration_end")]
+        for cb in callbacks:
+            if cb.logs_to_row:
+                cb.on_iteration_end()
         if self._dump_pending:
             self.logger.dump(step=self.num_timesteps)
             self._dump_pending = False
+        for cb in callbacks:
+            if not cb.logs_to_row:
+                cb.on_iteration_end()
 
     def _optimizer_step(
         self, rows: np.ndarray, samples: list[Any], advantages: np.ndarray, row_tokens: np.ndarray
@@ -564,12 +590,13 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,
-                 deterministic: bool = True, temperature: float | None = None) -> dict[str, Any]:
+                 deterministic: bool = True, temperature: float | None = None, seed: int | None = None,
+                 progress: bool = False) -> dict[str, Any]:
         """Evaluation on held-out tasks (see :func:`milegpo.algos.evaluation.evaluate`)."""
         from milegpo.algos.evaluation import evaluate
 
         return evaluate(self, env, n_episodes=n_episodes, task_seeds=task_seeds, deterministic=deterministic,
-                        temperature=temperature)
+                        temperature=temperature, seed=seed, progress=progress)
 
     # -------------------------------------------------------- save / load
     def _config(self) -> dict[str, Any]:
@@ -596,9 +623,10 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 "episode_num": self._episode_num,
                 "total_timesteps": self._total_timesteps,
                 "current_progress_remaining": self._current_progress_remaining,
+                "time_elapsed_s": self.time_elapsed(),
             },
             "seeds": {"seed": self.seed, "task_seed_base": self.task_seed_base},
-            "rng": {"minibatch": self._rng.bit_generator.state},
+            "rng": {"minibatch": self._rng.bit_generator.state, "policy": self.policy.sampling_state()},
         }
 
     def _base_model_fingerprint(self) -> dict[str, Any]:
@@ -686,12 +714,24 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         model._episode_num = int(counters.get("episode_num", 0))
         model._total_timesteps = int(counters.get("total_timesteps", 0))
         model._current_progress_remaining = float(counters.get("current_progress_remaining", 1.0))
-        state = config.get("rng", {}).get("minibatch")
-        if state is not None:
-            model._rng.bit_generator.state = state
+        model._elapsed_before = float(counters.get("time_elapsed_s", 0.0))
+        rng = config.get("rng", {})
+        if rng.get("minibatch") is not None:
+            model._rng.bit_generator.state = rng["minibatch"]
+        if rng.get("policy") is not None:
+            model.policy.set_sampling_state(rng["policy"])
         model.ep_info_buffer = deque(maxlen=model._stats_window_size)
         model.ep_success_buffer = deque(maxlen=model._stats_window_size)
         return model
+
+
+def _flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
+    """The leaf callbacks of a (nested) CallbackList, in order."""
+    if callback is None:
+        return []
+    if isinstance(callback, CallbackList):
+        return [leaf for child in callback.callbacks for leaf in _flatten_callbacks(child)]
+    return [callback]
 
 
 def _pad(rows: list[np.ndarray], length: int, device: th.device) -> th.Tensor:

@@ -1,8 +1,11 @@
 """SB3 callbacks for group RL: periodic checkpoints (resumable runs) and held-out evaluation.
 
-Both act at the start of a rollout, i.e. right after the previous iteration's update
-(SB3 has no hook after ``train()``), so a checkpoint always holds weights and
-counters of the same, completed iteration, and at the end of training.
+Both act at the end of an iteration, right after its update (the trainer calls
+``on_iteration_end``; SB3 has no hook after ``train()``): the evaluation adds its
+``eval/*`` values to that iteration's log row, then the row is written, then the
+checkpoint is saved. So a checkpoint holds the weights and counters of a completed,
+logged iteration, and a row's ``eval/*`` values are those of the weights after the
+row's own update. Both also act at the last iteration of ``learn``.
 
 Resuming a killed run::
 
@@ -11,6 +14,9 @@ Resuming a killed run::
     model = MileGPO.load(last, env) if last else MileGPO("LLMPolicy", env, ...)
     model.learn(total - model.num_timesteps, reset_num_timesteps=last is None,
                 callback=CheckpointCallback(1, "runs/house/checkpoints"))
+
+(``milegpo train --resume`` also rolls the run folder's logs back to the checkpoint:
+:mod:`milegpo.run_logs`.)
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from milegpo.envs.vec_env import GroupedTextVecEnv
 
 
 class _IterationCallback(BaseCallback):
-    """Calls :meth:`_on_iteration` every ``freq`` completed iterations (and at the end)."""
+    """Calls :meth:`_on_iteration` after every ``freq``-th iteration and after the last one."""
+
+    #: True: runs before the iteration's log row is written (adds values to it); False: after.
+    logs_to_row = False
 
     def __init__(self, freq: int, verbose: int = 0):
         super().__init__(verbose)
@@ -44,15 +53,12 @@ class _IterationCallback(BaseCallback):
     def _iterations(self) -> int:
         return int(self.model._iterations)
 
-    def _on_rollout_start(self) -> None:
+    def on_iteration_end(self) -> None:
+        """Called by the trainer after each update."""
         done = self._iterations()
-        if done > 0 and done % self.freq == 0 and done != self._last_done:
+        last = self.model.num_timesteps >= self.model._total_timesteps
+        if (done % self.freq == 0 or last) and done != self._last_done:
             self._last_done = done
-            self._on_iteration()
-
-    def _on_training_end(self) -> None:
-        if self._iterations() != self._last_done:
-            self._last_done = self._iterations()
             self._on_iteration()
 
     def _on_iteration(self) -> None:
@@ -77,6 +83,11 @@ class CheckpointCallback(_IterationCallback):
         self.name_prefix = name_prefix
         self.keep_last = keep_last
 
+    def _on_training_end(self) -> None:  # a learn() stopped early by a callback: keep its last iteration
+        if 0 < self._iterations() != self._last_done:
+            self._last_done = self._iterations()
+            self._on_iteration()
+
     def _on_iteration(self) -> None:
         path = self.save_path / f"{self.name_prefix}_{self.model.num_timesteps}_steps"
         self.model.save(path)
@@ -94,24 +105,30 @@ class CheckpointCallback(_IterationCallback):
 
 class EvalCallback(_IterationCallback):
     """Evaluate on held-out tasks before training (a fresh model) and every ``eval_freq``
-    iterations; logs ``eval/*`` and appends a row to ``eval.jsonl`` in the logger folder
-    (the learning curve).
+    iterations; logs ``eval/*`` in the iteration's row and appends a row to ``eval.jsonl``
+    in the logger folder (the learning curve). The untrained policy's evaluation is its
+    own row, iteration 0.
 
     :param eval_env: a GroupedTextVecEnv on an eval split (group size 1 is usual).
     :param n_eval_tasks: task seeds ``0..n_eval_tasks-1`` of the split.
     :param deterministic: greedy actions.
     :param temperature: with ``deterministic=False``, the sampling temperature (paper: 0.4).
+    :param seed: seed of the sampled actions of every evaluation (the same episodes' randomness
+        at every point of the curve; None: the policy's running generators).
     :param log_name: prefix of the logged keys (``eval`` -> ``eval/success_rate``).
     """
 
+    logs_to_row = True
+
     def __init__(self, eval_env: GroupedTextVecEnv, eval_freq: int = 1, n_eval_tasks: int = 16,
-                 deterministic: bool = True, temperature: float | None = None, log_name: str = "eval",
-                 verbose: int = 0):
+                 deterministic: bool = True, temperature: float | None = None, seed: int | None = None,
+                 log_name: str = "eval", verbose: int = 0):
         super().__init__(eval_freq, verbose)
         self.eval_env = eval_env
         self.n_eval_tasks = int(n_eval_tasks)
         self.deterministic = deterministic
         self.temperature = temperature
+        self.seed = seed
         self.log_name = log_name
         self.results: list[dict[str, Any]] = []
 
@@ -119,16 +136,13 @@ class EvalCallback(_IterationCallback):
         if self._iterations() == 0:  # the untrained policy: the first point of the learning curve
             self._last_done = 0
             self._on_iteration()
-
-    def _on_training_end(self) -> None:
-        done_before = self._last_done
-        super()._on_training_end()
-        if self._last_done != done_before:  # evaluated after the last update: no later dump would log it
+            self.logger.record("time/iterations", 0, exclude="tensorboard")
+            self.logger.record("time/total_timesteps", self.model.num_timesteps, exclude="tensorboard")
             self.logger.dump(step=self.model.num_timesteps)
 
     def _on_iteration(self) -> None:
         result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,
-                          temperature=self.temperature)
+                          temperature=self.temperature, seed=self.seed)
         row = {"iteration": self._iterations(), "num_timesteps": self.model.num_timesteps,
                **{k: v for k, v in result.items() if k != "per_task"}}
         self.results.append(row)

@@ -11,11 +11,15 @@ A checkpoint of a group-RL algorithm is a directory::
 
 Nothing is unpickled when loading. The directory is first written under a
 temporary name next to ``path`` and then renamed into place, so a run killed
-while saving leaves the previous checkpoint intact.
+while saving leaves the previous checkpoint intact. ``config.json`` lists the size
+and SHA-256 of every other file (``files``): a file truncated or changed later
+(a full disk, a bad copy) makes the checkpoint *corrupt*, reported as such, and
+:func:`checkpoints` lets a resume fall back to an older intact one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -75,6 +79,7 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
         tmp.mkdir()
         policy.save_adapter(str(tmp / ADAPTER_DIR))
         th.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        config = {**config, "files": _manifest(tmp)}
         with open(tmp / CONFIG_FILE, "w") as f:
             json.dump(config, f, indent=2, default=to_builtin)
         if path.exists():
@@ -114,7 +119,38 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     for key in ("algorithm", "hyperparameters", "policy", "counters", "base_model"):
         if key not in config:
             raise CheckpointError(f"checkpoint {str(path)!r}: {CONFIG_FILE} lacks the {key!r} entry")
+    _verify_manifest(path, config.get("files"))
     return config
+
+
+def _manifest(directory: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file under ``directory`` (relative POSIX paths)."""
+    return {file.relative_to(directory).as_posix(): {"size": file.stat().st_size, "sha256": _sha256(file)}
+            for file in sorted(directory.rglob("*")) if file.is_file() and file.name != CONFIG_FILE}
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify_manifest(path: Path, files: dict[str, dict[str, Any]] | None) -> None:
+    """Raise CheckpointError("... is corrupt ...") if a listed file is missing, truncated or changed
+    (checkpoints written before manifests existed have none and are not checked)."""
+    for name, expected in (files or {}).items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: {name} is missing")
+        size = file.stat().st_size
+        if size != expected["size"]:
+            raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: {name} has {size} bytes, "
+                                  f"{expected['size']} were written")
+        if _sha256(file) != expected["sha256"]:
+            raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: {name} changed after it was written "
+                                  "(SHA-256 mismatch)")
 
 
 def load_optimizer_state(path: str | os.PathLike, optimizer: th.optim.Optimizer, device: th.device) -> None:
@@ -127,11 +163,11 @@ def load_optimizer_state(path: str | os.PathLike, optimizer: th.optim.Optimizer,
         raise CheckpointError(f"cannot load the optimizer state {str(file)!r}: {type(exc).__name__}: {exc}") from None
 
 
-def latest_checkpoint(directory: str | os.PathLike, name_prefix: str = "checkpoint") -> Path | None:
-    """The newest complete checkpoint ``<name_prefix>_<steps>_steps`` in ``directory``, or None."""
+def checkpoints(directory: str | os.PathLike, name_prefix: str = "checkpoint") -> list[Path]:
+    """The checkpoints ``<name_prefix>_<steps>_steps`` in ``directory`` that have a config, newest first."""
     directory = Path(directory)
     if not directory.is_dir():
-        return None
+        return []
     found = []
     for child in directory.iterdir():
         stem = child.name
@@ -139,4 +175,11 @@ def latest_checkpoint(directory: str | os.PathLike, name_prefix: str = "checkpoi
             steps = stem[len(name_prefix) + 1 : -len("_steps")]
             if steps.isdigit() and (child / CONFIG_FILE).exists():
                 found.append((int(steps), child))
-    return max(found)[1] if found else None
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def latest_checkpoint(directory: str | os.PathLike, name_prefix: str = "checkpoint") -> Path | None:
+    """The newest checkpoint ``<name_prefix>_<steps>_steps`` in ``directory`` (not checked for corruption:
+    :func:`read_config` does that), or None."""
+    found = checkpoints(directory, name_prefix)
+    return found[0] if found else None

@@ -15,11 +15,13 @@ envs); a task's ``success`` is then the mean over its copies.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch as th
+from tqdm.auto import tqdm
 
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
@@ -29,13 +31,25 @@ def _policy_of(model: Any) -> Any:
 
 
 def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool = True,
-                 temperature: float | None = None) -> list[dict[str, Any]]:
+                 temperature: float | None = None, seed: int | None = None,
+                 progress: bool = False) -> list[dict[str, Any]]:
     """Play every copy of each task in ``task_seeds`` once; one result dict per episode
     (``task_seed``, ``won``, ``return``, ``length``, ``score``, ``invalid_actions``, ``env_error``).
 
     ``temperature`` (sampled actions only) replaces the policy's sampling temperature
-    for these episodes (the paper evaluates at 0.4, trains at 1.0).
+    for these episodes (the paper evaluates at 0.4, trains at 1.0). ``seed`` seeds the
+    sampled actions of these episodes (the policy's own generators continue untouched
+    afterwards), so the same weights, tasks and seed give the same result.
+    ``progress`` shows a progress bar over the tasks.
     """
+    sampling = policy.seeded_sampling(seed) if seed is not None and hasattr(policy, "seeded_sampling") \
+        else contextlib.nullcontext()
+    with sampling:
+        return _run_episodes(policy, env, task_seeds, deterministic, temperature, progress)
+
+
+def _run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool,
+                  temperature: float | None, progress: bool) -> list[dict[str, Any]]:
     if not isinstance(env, GroupedTextVecEnv):
         raise TypeError("evaluation needs a GroupedTextVecEnv: make one with milegpo.make_vec_env(env_id, n_tasks, "
                         "group_size=1, env_kwargs={'split': 'eval_id'})")
@@ -49,6 +63,7 @@ def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int],
         policy.temperature = float(temperature)
     results: list[dict[str, Any]] = []
     seeds = [int(s) for s in task_seeds]
+    bar = tqdm(total=len(seeds), desc="eval", unit="task", disable=not progress, leave=False)
     try:
         for start in range(0, len(seeds), env.n_tasks):
             chunk = seeds[start : start + env.n_tasks]
@@ -80,7 +95,9 @@ def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int],
                         ep["won"], ep["score"] = bool(info.get("won", False)), float(info.get("score", 0.0))
                 obs, infos = new_obs, new_infos
             results.extend(episodes)
+            bar.update(len(chunk))
     finally:
+        bar.close()
         if temperature is not None:
             policy.temperature = train_temperature
         if hasattr(policy, "set_training_mode"):
@@ -90,7 +107,7 @@ def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int],
 
 def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
              task_seeds: Sequence[int] | None = None, deterministic: bool = True,
-             temperature: float | None = None) -> dict[str, Any]:
+             temperature: float | None = None, seed: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Success rate, mean return and length of ``model`` on the tasks of ``env``'s split.
 
     :param model: an algorithm (its ``.policy`` is used) or a policy with ``act``.
@@ -100,6 +117,9 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
     :param deterministic: greedy actions (True) or sampled ones.
     :param temperature: sampled actions only: the sampling temperature of the evaluation
         (default: the policy's own).
+    :param seed: seed of the sampled actions (None: the policy's running generators, so
+        the result depends on what was sampled before).
+    :param progress: show a progress bar over the tasks.
     :return: ``success_rate``, ``mean_return``, ``mean_length``, ``mean_score``,
         ``invalid_action_rate``, ``env_errors``, ``n_episodes`` (episodes played) and
         ``per_task``: one dict per task seed (``task_seed``, ``success``, ``return``,
@@ -110,7 +130,7 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
     seeds = list(range(int(n_episodes))) if task_seeds is None else [int(s) for s in task_seeds]
     if not seeds:
         raise ValueError("nothing to evaluate: no task seeds")
-    episodes = run_episodes(_policy_of(model), env, seeds, deterministic, temperature)
+    episodes = run_episodes(_policy_of(model), env, seeds, deterministic, temperature, seed, progress)
     per_task = []
     for seed in dict.fromkeys(seeds):
         eps = [e for e in episodes if e["task_seed"] == seed]

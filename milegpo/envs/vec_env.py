@@ -17,6 +17,9 @@ Differences from SB3's ``DummyVecEnv`` / ``SubprocVecEnv`` (see DESIGN.md sectio
 * an env (or a worker process) that raises, crashes or hangs does not stop the
   batch: its episode is reported truncated with ``info["env_error"]`` and the env
   stays inactive; the worker is restarted and the env rebuilt at the next reset.
+  Each distinct error is logged once (then at its 10th, 100th, ... occurrence)
+  as one line; full tracebacks go to :attr:`GroupedTextVecEnv.errors` ``.path``
+  when set (``milegpo train`` sets ``RUN_DIR/env_errors.log``).
 
 Use with SB3-style code::
 
@@ -44,7 +47,10 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -64,6 +70,36 @@ MAX_SEED = 2**31 - 1
 
 class EnvWorkerError(RuntimeError):
     """A worker process died, hung past its timeout, or could not start."""
+
+
+class EnvErrorLog:
+    """Env errors of a vec env: counted by message, each distinct one logged as one line.
+
+    A warning is logged at the 1st, 10th, 100th ... occurrence of an error message,
+    so a broken env does not flood the console; when :attr:`path` is set, every
+    occurrence's full traceback is appended to that file.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path is not None else None
+        self.counts: Counter[str] = Counter()
+
+    def report(self, env_index: int, message: str, details: str) -> None:
+        self.counts[message] += 1
+        count = self.counts[message]
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} env {env_index} (occurrence {count}): {message}\n"
+                        f"{details.rstrip()}\n")
+        if count == 1 or str(count).strip("0") == "1":  # 1, 10, 100, ...
+            where = f"; tracebacks in {self.path}" if self.path is not None else ""
+            repeat = "" if count == 1 else f" (seen {count} times)"
+            logger.warning("env %d failed: %s%s. Its episode is truncated and the env rebuilt at the next "
+                           "reset; training goes on%s", env_index, message, repeat, where)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 class RegisteredEnvFactory:
@@ -248,6 +284,8 @@ class GroupedTextVecEnv(VecEnv):
         self._last_infos: list[dict[str, Any]] = [{"inactive": True} for _ in range(num_envs)]
         self._actions: Sequence[Any] | None = None
         self._closed = False
+        #: env errors seen so far (set ``errors.path`` to keep their tracebacks in a file)
+        self.errors = EnvErrorLog()
         super().__init__(num_envs, TextSpace(), TextSpace())
         try:
             self._num_tasks: int | None = int(self.get_attr("num_tasks", indices=[0])[0])
@@ -408,11 +446,15 @@ class GroupedTextVecEnv(VecEnv):
                     raise EnvWorkerError(f"env-worker-{w} failed: {payload!r}")
             except EnvWorkerError as exc:
                 message = f"{exc}; the worker was restarted and the episodes it hosted were truncated"
-                logger.warning(message)
                 self._restart(w)
-                payload = [("error", message)] * len(worker_items)
-            for (j, *_), result in zip(worker_items, payload):
-                results[local_to_global[(w, j)]] = result
+                payload = [("error", (message, message))] * len(worker_items)
+            for (j, *_), (status, value) in zip(worker_items, payload):
+                i = local_to_global[(w, j)]
+                if status == "error":  # report once here, pass the one-line message on
+                    message, details = value
+                    self.errors.report(i, message, details)
+                    value = message
+                results[i] = (status, value)
         return results
 
     def _call_indices(self, command: str, indices: VecEnvIndices, *data: Any) -> list[Any]:

@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 #: The EnvHost methods a worker answers (besides "close").
 COMMANDS = frozenset({"reset", "step", "get_attr", "set_attr", "env_method", "env_is_wrapped"})
 
-#: A per-env result: ``("ok", value)`` or ``("error", message)``.
+#: A per-env result: ``("ok", value)`` or ``("error", (message, details))`` where
+#: ``message`` is ``"ExcType: text"`` and ``details`` the full traceback.
 Result = tuple[str, Any]
 
 
@@ -96,9 +97,9 @@ class EnvHost:
                 logger.debug("error while closing an env", exc_info=True)
 
     def _fail(self, i: int, where: str, exc: Exception) -> Result:
-        logger.warning("env raised in %s(); it is rebuilt at its next reset\n%s", where, traceback.format_exc())
+        """Mark env ``i`` for a rebuild and return its error result (the parent reports it once)."""
         self._broken[i] = True
-        return ("error", format_exception(exc))
+        return ("error", (format_exception(exc), f"in {where}():\n{traceback.format_exc()}"))
 
     def _rebuild(self, i: int) -> None:
         try:

@@ -32,7 +32,8 @@ import inspect
 import json
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -545,6 +546,34 @@ class LLMPolicy(BasePolicy):
                 )  # fmt: skip
             )
         return samples
+
+    def sampling_state(self) -> dict[str, Any]:
+        """The state of the action-sampling generators as plain values (saved in checkpoints,
+        so a resumed run samples what the uninterrupted run would have)."""
+        generator = self._generator
+        return {"choose": self._rng.bit_generator.state,
+                "generate": None if generator is None else {"device": str(generator.device),
+                                                            "state": generator.get_state().tolist()}}
+
+    def set_sampling_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`sampling_state` returned."""
+        self._rng.bit_generator.state = state["choose"]
+        saved = state.get("generate")
+        if saved is not None and th.device(saved["device"]) == self.device:
+            self._generator = th.Generator(device=self.device)
+            self._generator.set_state(th.tensor(saved["state"], dtype=th.uint8))
+
+    @contextmanager
+    def seeded_sampling(self, seed: int) -> Iterator[None]:
+        """Sample from generators seeded with ``seed`` inside the block, then continue the
+        previous ones (an evaluation gives the same result wherever it runs in training)."""
+        rng, generator = self._rng, self._generator
+        self._rng = np.random.default_rng(seed)
+        self._generator = th.Generator(device=self.device).manual_seed(int(seed))
+        try:
+            yield
+        finally:
+            self._rng, self._generator = rng, generator
 
     def _sampling_generator(self, device: th.device) -> th.Generator:
         if self._generator is None or self._generator.device != device:

@@ -1,0 +1,152 @@
+"""The logs of a run folder, kept whole across kills and resumes.
+
+A run writes one row per iteration to ``progress.csv`` and TensorBoard (SB3's
+logger), and one JSON line per iteration to ``credit_diagnostics.jsonl`` and
+``eval.jsonl`` (and keeps the last iteration's batch in ``last_batch.npz``). A run killed at any moment resumes from its last checkpoint,
+which holds iteration ``N``; everything logged after ``N`` was lost with the
+weights and will be logged again. So before a resumed run writes anything,
+:func:`rollback_logs` cuts every log back to iterations ``<= N`` (a half-written
+last line included), and :func:`configure_run_logger` appends to
+``progress.csv`` instead of truncating it and hides TensorBoard events after
+the checkpoint's step (``SummaryWriter(purge_step=...)``). After any number of
+kill/resume cycles each iteration is logged exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, Logger, TensorBoardOutputFormat
+
+from milegpo.algos.credit.batch import LAST_BATCH_FILE, load_step_batch
+from milegpo.train import PROGRESS_FILE
+
+#: JSON-lines logs with an ``iteration`` field per row
+JSONL_LOGS = ("eval.jsonl", "credit_diagnostics.jsonl")
+#: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
+ITERATION_KEY = "time/iterations"
+
+
+class AppendingCSVOutputFormat(CSVOutputFormat):
+    """SB3's CSV writer, continuing an existing ``progress.csv`` instead of truncating it."""
+
+    def __init__(self, filename: str | os.PathLike):  # noqa: super().__init__ would truncate the file
+        Path(filename).touch()
+        self.file = open(filename, "r+")
+        header = self.file.readline()
+        self.keys: list[str] = next(csv.reader([header])) if header.strip() else []
+        self.file.seek(0, os.SEEK_END)
+        self.separator = ","
+        self.quotechar = '"'
+
+
+class PurgingTensorBoardOutputFormat(TensorBoardOutputFormat):
+    """SB3's TensorBoard writer; events at steps ``>= purge_step`` of earlier sessions are hidden."""
+
+    def __init__(self, folder: str | os.PathLike, purge_step: int | None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(folder), purge_step=purge_step)
+        self._is_closed = False
+
+
+def configure_run_logger(run_dir: str | os.PathLike, stdout: bool = True, purge_step: int | None = None) -> Logger:
+    """SB3 logger of a run folder: stdout (optional), ``progress.csv`` (appended) and TensorBoard.
+
+    :param purge_step: on resume, the first env step after the checkpoint: TensorBoard
+        events of the killed session from that step on are hidden.
+    """
+    folder = str(run_dir)
+    os.makedirs(folder, exist_ok=True)
+    formats = [AppendingCSVOutputFormat(os.path.join(folder, PROGRESS_FILE)),
+               PurgingTensorBoardOutputFormat(folder, purge_step)]
+    if stdout:
+        formats.insert(0, HumanOutputFormat(sys.stdout))
+    return Logger(folder=folder, output_formats=formats)
+
+
+def rollback_logs(run_dir: str | os.PathLike, iteration: int) -> dict[str, int]:
+    """Drop every log row of an iteration after ``iteration`` (and any partial line).
+
+    Each file is rewritten atomically (temporary file + rename). Returns the
+    number of rows dropped per file.
+    """
+    run_dir = Path(run_dir)
+    dropped = {}
+    progress = run_dir / PROGRESS_FILE
+    if progress.exists():
+        dropped[PROGRESS_FILE] = _rollback_csv(progress, iteration)
+    for name in JSONL_LOGS:
+        path = run_dir / name
+        if path.exists():
+            dropped[name] = _rollback_jsonl(path, iteration)
+    last_batch = run_dir / LAST_BATCH_FILE
+    if last_batch.exists() and _batch_iteration(last_batch) > iteration:
+        last_batch.unlink()
+        dropped[LAST_BATCH_FILE] = 1
+    return dropped
+
+
+def _batch_iteration(path: Path) -> float:
+    """The iteration of a saved last batch (infinite when unreadable: it is dropped)."""
+    try:
+        return float(load_step_batch(path)[1].get("iteration", float("inf")))
+    except ValueError:
+        return float("inf")
+
+
+def _rollback_csv(path: Path, iteration: int) -> int:
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):  # killed while writing a row
+        lines.pop()
+    if not lines:
+        _write_atomic(path, "")
+        return 0
+    header = next(csv.reader([lines[0]]))
+    kept, dropped = [lines[0]], 0
+    for line in lines[1:]:
+        row = next(csv.reader([line]), [])
+        values = dict(zip(header, row))
+        if len(row) == len(header) and _as_int(values.get(ITERATION_KEY)) is not None \
+                and _as_int(values[ITERATION_KEY]) <= iteration:
+            kept.append(line)
+        else:
+            dropped += 1
+    _write_atomic(path, "".join(kept))
+    return dropped
+
+
+def _rollback_jsonl(path: Path, iteration: int) -> int:
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            row = json.loads(line) if line.endswith("\n") else None
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("iteration"), int) and row["iteration"] <= iteration:
+            kept.append(line)
+        else:
+            dropped += 1
+    _write_atomic(path, "".join(kept))
+    return dropped
+
+
+def _as_int(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

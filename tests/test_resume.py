@@ -1,0 +1,124 @@
+"""A run killed with SIGKILL at any moment resumes with every log intact.
+
+The reference is the same config run without interruption: after kill -9 /
+resume cycles, progress.csv, eval.jsonl and credit_diagnostics.jsonl hold each
+iteration exactly once, in order, with the reference's values (everything but
+wall-clock timings: the resumed run restores weights, optimizer, every RNG and
+the task draw, so on the same CPU it repeats the same numbers).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CONFIG = {"total_timesteps": 480, "n_tasks": 1, "group_size": 2, "checkpoint_freq": 2, "eval_freq": 2,
+          "n_eval_tasks": 2, "eval_copies": 1, "env_kwargs": {"max_episode_steps": 8}}
+
+
+def milegpo(*args: str) -> list[str]:
+    return [sys.executable, "-m", "milegpo", *args, "--no-progress-bar"]
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def deterministic(row: dict, timing_keys=("time/", "update_s", "_per_s")) -> dict:
+    """A log row without its wall-clock values."""
+    return {k: v for k, v in row.items() if not any(t in k for t in timing_keys)}
+
+
+def train_until_killed(run_dir: Path, args: list[str], min_rows: int, timeout: float = 180) -> int:
+    """Start `milegpo train`, SIGKILL it once progress.csv has ``min_rows`` rows; its return code."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(milegpo("train", *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    progress, deadline = run_dir / "progress.csv", time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        if progress.exists() and progress.read_text().count("\n") > min_rows:
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    process.wait(timeout=60)
+    return process.returncode
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("reference")
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(milegpo("train", "--config", str(folder / "config.json"), "--run-dir", str(folder / "run")),
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    return folder / "run"
+
+
+@pytest.mark.slow
+def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    run = tmp_path / "run"
+    assert train_until_killed(run, ["--config", str(config), "--run-dir", str(run)], min_rows=6) == -signal.SIGKILL
+    assert train_until_killed(run, ["--resume", str(run)], min_rows=14) == -signal.SIGKILL
+    subprocess.run(milegpo("train", "--resume", str(run)), check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    got, want = rows(run / "progress.csv"), rows(reference / "progress.csv")
+    assert [int(r["time/iterations"]) for r in got] == list(range(len(want)))  # each iteration once, in order
+    assert [deterministic(r) for r in got] == [deterministic(r) for r in want]
+    elapsed = [int(r["time/time_elapsed"]) for r in got if r["time/time_elapsed"]]
+    assert elapsed == sorted(elapsed)  # the clock continues across sessions
+    for name in ("eval.jsonl", "credit_diagnostics.jsonl"):
+        assert [deterministic(r) for r in jsonl(run / name)] == [deterministic(r) for r in jsonl(reference / name)], name
+    assert json.loads((run / "eval_final.json").read_text()) == json.loads((reference / "eval_final.json").read_text())
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run)).Reload()
+    steps = [event.step for event in events.Scalars("rollout/success_rate")]
+    assert steps == [int(r["time/total_timesteps"]) for r in want if r["rollout/success_rate"]]
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_changes_nothing(reference: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    result = subprocess.run(milegpo("train", "--resume", str(run)), capture_output=True, text=True, check=True)
+    assert "is finished" in result.stdout and "nothing to do" in result.stdout
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_an_intact_one(reference: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    import shutil
+
+    from milegpo.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    shutil.rmtree(run / "final")
+    newest, older = sorted((run / "checkpoints").iterdir(), key=lambda p: int(p.name.split("_")[1]), reverse=True)
+    (newest / "optimizer.pt").write_bytes((newest / "optimizer.pt").read_bytes()[:100])  # a half-written file
+    config = json.loads((run / "config.json").read_text())
+    assert main(["train", "--resume", str(run), "--steps", str(config["total_timesteps"]), "--no-progress-bar"]) == 0
+    captured = capsys.readouterr()
+    assert "is corrupt: optimizer.pt has 100 bytes" in captured.err and f"Resuming from {older}" in captured.out
+    assert (run / "checkpoints" / f"corrupt-{newest.name}").exists()
+    iterations = [int(r["time/iterations"]) for r in rows(run / "progress.csv")]
+    assert iterations == list(range(len(iterations)))
