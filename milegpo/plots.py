@@ -48,11 +48,13 @@ def read_progress(path: str | Path) -> dict[str, list[float]]:
     return columns
 
 
-def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: str = "") -> Path:
+def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: str = "",
+                        eval_split: str | None = None) -> Path:
     """Success rate of the train rollouts and of the held-out evaluation against env steps.
 
     The held-out points come from ``eval.jsonl`` beside ``progress.csv`` when it exists
-    (exact step counts, the untrained policy at 0), else from the csv's ``eval/*`` column.
+    (exact step counts, the untrained policy at 0), else from the csv's ``eval/*`` column;
+    ``eval_split`` names their split in the legend (drawn below the axes, hiding no point).
     """
     data = read_progress(progress_csv)
     steps = data.get("time/total_timesteps", [])
@@ -64,14 +66,16 @@ def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: st
         held_out = [(row["num_timesteps"], row["success_rate"]) for row in rows]
     else:
         held_out = [(s, v) for s, v in zip(steps, data.get("eval/success_rate", [])) if not math.isnan(v)]
-    for points, label, marker in ((train, "train rollouts", None), (held_out, "held-out eval", "o")):
+    eval_label = f"held-out eval ({eval_split})" if eval_split else "held-out eval"
+    for points, label, marker in ((train, "train rollouts", None), (held_out, eval_label, "o")):
         if points:
             ax.plot(*zip(*points), marker=marker, label=label)
     ax.set_xlabel("env steps")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    if train or held_out:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     ax.set_title(title or "learning curve")
     return _save(fig, out_png)
 

@@ -492,6 +492,8 @@ def write_plots(run_dir: Path) -> None:
 
     progress = run_dir / PROGRESS_FILE
     if progress.exists() and progress.stat().st_size:
-        plot_learning_curve(progress, run_dir / "learning_curve.png", title=run_dir.name)
+        config = TrainConfig.from_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).exists() else TrainConfig()
+        eval_split = config.eval_splits[0] if config.eval_splits else None
+        plot_learning_curve(progress, run_dir / "learning_curve.png", title=run_dir.name, eval_split=eval_split)
         plot_credit_diagnostics(progress, run_dir / "credit_diagnostics.png", title=run_dir.name)
     plot_run_trajectory_credit(run_dir)  # trajectory_credit.png from last_batch.npz (nothing without one)

@@ -311,11 +311,19 @@ class CrashingHouse(HouseEnv):
         return super()._step(action)
 
 
-def test_env_errors_truncate_episodes_and_training_goes_on(model_path: str, tmp_path: Path) -> None:
+def test_env_errors_truncate_episodes_and_training_goes_on(model_path: str, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     env = make_vec_env(CrashingHouse, n_tasks=2, group_size=2, seed=0, env_kwargs={"max_episode_steps": HORIZON})
+    env.errors.path = tmp_path / "env_errors.log"
     model = make(MileGPO, model_path, env=env)
     model.set_logger(configure(str(tmp_path), ["csv"]))
-    model.learn(total_timesteps=1)
+    with caplog.at_level("WARNING", logger="milegpo.envs.vec_env"):
+        model.learn(total_timesteps=1)
+    # one console line for the one distinct error, every traceback in the file
+    warned = [r.getMessage() for r in caplog.records if "engine crashed" in r.getMessage()]
+    assert len(warned) == 1 and "Traceback" not in warned[0] and str(env.errors.path) in warned[0]
+    assert env.errors.counts == {"RuntimeError: engine crashed": env.errors.total} and env.errors.total >= 2
+    assert env.errors.path.read_text().count("Traceback (most recent call last)") == env.errors.total
     seeds = [t.task_seed for t in model.rollout_buffer.trajectories]
     crashed = [t for t in model.rollout_buffer.trajectories if t.task_seed % 2 == 0]
     assert crashed, f"no even task drawn: {seeds}"

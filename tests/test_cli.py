@@ -55,3 +55,30 @@ def test_console_script_reads_stdin():
     result = subprocess.run([sys.executable, "-m", "milegpo.cli", "play", "milegpo/House-v0", "--seed", "1"],
                             input="1\n:q\n", capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "=== milegpo/House-v0, seed 1 ===" in result.stdout and "quit." in result.stdout
+
+
+def test_play_forgives_case_empty_lines_and_numbers_out_of_range():
+    env = HouseEnv()
+    _, info = env.reset(seed=2)
+    first = info["admissible_commands"][0]
+    typed = "\n".join(["", "99", first.upper(), ":q"]) + "\n"
+    code, out = _play(["milegpo/House-v0", "--seed", "2"], typed)
+    assert code == 0
+    assert "type a command or its number" in out and "no command 99: pick 1-" in out
+    assert f"[{first}] reward +0, step 1" in out  # the hints cost no step; the upper-case command is the listed one
+
+
+def test_play_ctrl_c_quits_without_a_traceback():
+    class Interrupt(io.StringIO):
+        def readline(self, *args):
+            raise KeyboardInterrupt
+
+    args = build_parser().parse_args(["play", "milegpo/House-v0"])
+    out = io.StringIO()
+    assert play(args, stdin=Interrupt(), stdout=out) == 130 and out.getvalue().endswith("quit.\n")
+
+
+def test_import_milegpo_registers_the_env_ids():
+    code = "import gymnasium, milegpo; print(type(gymnasium.make('milegpo/House-v0').unwrapped).__name__)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "HouseEnv", result.stderr

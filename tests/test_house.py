@@ -106,15 +106,15 @@ def _find_layout(split, predicate):
     return next(i for i in range(SPLITS[split].num_tasks) if predicate(generate_layout(split, i)))
 
 
-def test_state_key_separates_states_with_the_same_text():
-    # Climbing the rope out of the pit prints the same text on the first and second climb.
+def test_the_pit_says_how_many_climbs_are_left():
     env = HouseEnv()
     env.reset(seed=_find_layout("train", lambda lay: any(e.kind == "rotten" for e in lay.edges)))
-    _play(env, plan(env.layout, env.state, lambda s: s.location == PIT))
+    fall = _play(env, plan(env.layout, env.state, lambda s: s.location == PIT))[-1]
     first = env.step("climb rope")
     second = env.step("climb rope")
-    assert first[0] == second[0]
+    assert "three climbs up" in fall[0] and "two climbs up" in first[0] and "one climb up" in second[0]
     assert first[-1]["state_key"] != second[-1]["state_key"]
+    assert set(words(fall[0] + first[0] + second[0])) <= set(HouseEnv.vocabulary())
 
 
 def test_state_key_sees_a_door_unlocked_elsewhere():

@@ -50,3 +50,74 @@ def test_train_and_eval_refuse_unknown_env_and_missing_run(tmp_path: Path, capsy
     assert "Registered text envs" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "missing")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "/nonexistent/path"], "model path '/nonexistent/path' does not exist"),
+    (["--env-kwargs", '{"bogus": 1}'], "unexpected keyword argument 'bogus'. Check --env-kwargs"),
+    (["--env", "milegpo/TextWorld-v0"], "--train-split none --eval-split none"),
+    (["--env", "milegpo/TextWorld-v0", "--train-split", "none", "--eval-split", "none"], "game_files must be"),
+    (["--steps", "-5"], "total_timesteps must be an integer >= 1, got -5"),
+    (["--group-size", "-3"], "group_size must be an integer >= 1, got -3"),
+    (["--lr", "0"], "learning_rate must be a number > 0"),
+    (["--device", "tpu"], "device must be 'auto', 'cpu', 'cuda'"),
+])
+def test_bad_settings_are_one_error_line_and_leave_no_run_folder(
+        flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    assert main(["train", *flags, "--run-dir", str(run), "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not run.exists()
+
+
+def test_cuda_without_a_gpu_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["train", "--device", "cuda", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "no usable CUDA device" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_a_folder_with_logs_is_resumed_not_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "progress.csv").write_text("time/iterations\n0\n")
+    assert main(["train", "--run-dir", str(run), "--no-progress-bar"]) == 2
+    assert "--resume" in capsys.readouterr().err and (run / "progress.csv").read_text() == "time/iterations\n0\n"
+
+
+def test_eval_gives_one_number_per_checkpoint_and_split(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Seeded per split: the same split scores the same whether other splits ran before or not."""
+    run = tmp_path / "run"
+    assert main(["train", "--steps", "40", "--run-dir", str(run), *TINY]) == 0
+    capsys.readouterr()
+
+    def scores(*splits: str) -> dict[str, str]:
+        assert main(["eval", str(run), "--n-tasks", "6", *[f"--split={s}" for s in splits]]) == 0
+        return {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines() if "success" in line}
+
+    both = scores("eval_id", "eval_ood")
+    assert scores("eval_ood")["eval_ood"] == both["eval_ood"]
+    assert scores("eval_id")["eval_id"] == both["eval_id"]
+    assert "sampled at T=1" in both["eval_id"]
+    assert main(["eval", str(run), "--n-tasks", "6", "--split", "eval_id", "--greedy"]) == 0
+    assert "(greedy)" in capsys.readouterr().out
+
+
+def test_progress_rows_hold_their_own_iteration_eval(tmp_path: Path) -> None:
+    """Row 0 is the untrained policy's evaluation; row k's eval/* is that of the weights after update k."""
+    import csv
+
+    run = tmp_path / "run"
+    assert main(["train", "--steps", "64", "--run-dir", str(run), "--eval-freq", "2", *TINY]) == 0
+    with open(run / "progress.csv") as f:
+        progress = list(csv.DictReader(f))
+    evals = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
+    assert progress[0]["time/iterations"] == "0" and progress[0]["rollout/success_rate"] == ""
+    by_iteration = {int(r["time/iterations"]): r for r in progress}
+    assert sorted(by_iteration) == list(range(len(progress)))  # no row without an iteration
+    for row in evals:
+        assert float(by_iteration[row["iteration"]]["eval/success_rate"]) == pytest.approx(row["success_rate"])
+    assert [r["iteration"] for r in evals] == sorted({0, *range(2, len(progress), 2), len(progress) - 1})

@@ -236,7 +236,7 @@ def test_spacy_title_nouns_when_installed(tiny_dir):
     catalog = load_catalog(tiny_dir)
     goal = next(g for g in catalog.goals if g.asin == SHIRT)
     nouns = spacy_nouns(model)
-    assert {"acme", "cotton"} <= nouns(goal.name)
+    assert {"acme", "cotton"} <= set(nouns(goal.name))
     assert type_reward(catalog.by_asin[SHIRT], goal, nouns)["r_type"] == 1.0
     assert type_reward(catalog.by_asin[COFFEE], goal, nouns)["r_type"] == 0.0
     env = tiny_env(tiny_dir, spacy_model=model)
@@ -263,3 +263,31 @@ def test_success_reward_mode(tiny_dir, clicks, reward):
         step_ok(env, action)
     _, r, terminated, _, info = step_ok(env, "click[buy now]")
     assert terminated and r == reward and info["score"] == pytest.approx(1.0 if reward else 0.8)
+
+
+def test_title_score_divides_by_the_goal_nouns_with_repeats():
+    """Upstream: len(set(bought) & set(goal)) / len(goal noun list), repeats included."""
+    from milegpo.envs.webshop.catalog import Goal, Product
+    from milegpo.envs.webshop.reward import title_nouns, type_reward
+
+    title = "Relaxed Fit T-Shirt, classic fit"
+    assert title_nouns(title) == ("relaxed", "fit", "shirt", "classic", "fit")
+    product = Product(asin="B1", title=title, category="fashion", query="shirts", product_category="a › b",
+                      description="", bullet_points=[], price_tag="$10", pricing=[10.0], options={}, attributes=[])
+    goal = Goal(asin="B2", category="fashion", query="tees", name=title, product_category="c › d",
+                instruction_text="", attributes=[], price_upper=20.0, goal_options=[])
+    assert type_reward(product, goal)["title_score"] == pytest.approx(4 / 5)
+    # near the cut-offs the repeats decide r_type: 1 of 5 nouns -> 0.2, not > 0.2 -> r_type 0.5
+    other = Product(**{**product.__dict__, "title": "classic mug"})
+    result = type_reward(other, goal)
+    assert result["title_score"] == pytest.approx(1 / 5) and result["r_type"] == 0.5
+
+
+def test_search_keeps_single_character_tokens_and_uses_anserini_bm25():
+    from milegpo.envs.webshop.search import BM25_K1, BM25_B, ProductSearch
+
+    assert (BM25_K1, BM25_B) == (0.9, 0.4)
+    search = ProductSearch(["size8", "size9", "shirt"], ["running shoe size 8", "running shoe size 9", "cotton t-shirt"])
+    assert search.search("running shoe 8")[0] == "size8"  # "8" is a term, as in Lucene
+    assert search.search("t")[:1] == ["shirt"]
+    assert search.search("the of and") == []  # Lucene stop words only: nothing to match

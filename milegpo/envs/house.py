@@ -67,6 +67,7 @@ OOD_TREASURES = frozenset((m, i) for k, m in enumerate(MATERIALS) for j, i in en
 
 PIT = "pit"
 PIT_DEPTH = 3  # climbs needed to leave the pit
+_NUMBERS = {1: "one", 2: "two", 3: "three"}  # climbs left, as the pit's text says them
 MAX_OPTIMAL_STEPS = 20  # every generated task is solvable in at most this many steps
 MIN_OPTIMAL_STEPS = 6
 DEFAULT_HORIZON = 30
@@ -98,7 +99,7 @@ _TEXT_FRAGMENTS = (
     "the through a locked door through an open door through a heavy door across a rotten floor",
     "outside through the front door",
     "the holds . the heavy door is shut behind you and will not open .",
-    "you are in a deep pit . a rope hangs down from the rotten floor above .",
+    "you are in a deep pit . a rope hangs down from the rotten floor above , one climb two climbs three climbs up .",
     "closed open",
     "find the . put the in the . bring the out of the house .",
     "go take open unlock with put in climb rope look go outside",
@@ -244,7 +245,9 @@ def describe(layout: Layout, state: State) -> str:
     """The room description: location, visible things, exits, inventory."""
     carry = _listing([f"{_article(o)} {o}" for o in state.holding()])
     if state.location == PIT:
-        return f"you are in a deep pit. a rope hangs down from the rotten floor above. you carry {carry}."
+        climbs = PIT_DEPTH - state.pit_level
+        return (f"you are in a deep pit. a rope hangs down from the rotten floor above, {_NUMBERS[climbs]} "
+                f"{'climb' if climbs == 1 else 'climbs'} up. you carry {carry}.")
     closed = _closed(layout, state)
     things = [f"{_article(o)} {o}" for o, p in state.places if p == state.location]
     contents = []

@@ -46,8 +46,9 @@ Data
 
 Deviations from upstream, all deliberate:
 
-* Search: ``bm25s`` BM25 with English stop words and Snowball stemming instead
-  of pyserini/Lucene BM25 (same documents; rankings overlap, not identical).
+* Search: ``bm25s`` set up as Anserini (k1 0.9, b 0.4, Lucene's stop words, Porter
+  stemming, single-character tokens kept) instead of pyserini/Lucene BM25 (same
+  documents; tokenisation differs at dots and possessives, see :mod:`.search`).
   Upstream's special queries ``<r>``/``<a>``/``<c>``/``<q>`` (random, by attribute,
   category or query) are not offered.
 * Title score of ``r_type``: stop-word-filtered title words instead of spaCy

@@ -13,8 +13,10 @@ The formula is upstream's ``get_reward`` (web_agent_site/engine/goal.py)::
 * ``r_type`` in {0, 0.1, 0.5, 1}: 1 when the product's query equals the goal's,
   or at least two category-path segments are shared, or the title score is
   > 0.2; 0.5 otherwise; 0.1 when the title score < 0.1; 0 when it is 0. The
-  title score is the share of the goal title's nouns found in the bought
-  product's title.
+  title score is, as upstream computes it, the number of *distinct* goal-title
+  nouns found in the bought product's title over the number of goal-title nouns
+  *with repeats* ("Relaxed Fit T-Shirt, classic fit" has "fit" twice, so even the
+  same title scores below 1).
 
 **Deviation (title nouns).** Upstream tags nouns with spaCy ``en_core_web_sm``
 (tokens tagged NOUN/PROPN). Here the default is a dependency-free
@@ -76,13 +78,14 @@ def normalize_color(option: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def title_nouns(title: str) -> frozenset[str]:
-    """The approximate nouns of a title: alphabetic lower-case words, stop words removed."""
-    return frozenset(w for w in _WORD.findall(title.lower()) if len(w) > 1 and w not in STOP_WORDS)
+def title_nouns(title: str) -> tuple[str, ...]:
+    """The approximate nouns of a title, in order and with repeats: alphabetic lower-case words,
+    stop words removed."""
+    return tuple(w for w in _WORD.findall(title.lower()) if len(w) > 1 and w not in STOP_WORDS)
 
 
 @functools.lru_cache(maxsize=4)
-def spacy_nouns(model: str) -> Callable[[str], frozenset[str]]:
+def spacy_nouns(model: str) -> Callable[[str], tuple[str, ...]]:
     """Upstream's noun extractor: tokens spaCy tags NOUN or PROPN (needs ``spacy`` and the model)."""
     try:
         import spacy
@@ -91,20 +94,21 @@ def spacy_nouns(model: str) -> Callable[[str], frozenset[str]]:
     nlp = spacy.load(model)
 
     @functools.lru_cache(maxsize=65536)
-    def nouns(title: str) -> frozenset[str]:
-        return frozenset(t.text.lower() for t in nlp(title) if t.pos_ in ("NOUN", "PROPN"))
+    def nouns(title: str) -> tuple[str, ...]:
+        return tuple(t.text.lower() for t in nlp(title) if t.pos_ in ("NOUN", "PROPN"))
 
     return nouns
 
 
-def type_reward(product: Product, goal: Goal, nouns: Callable[[str], frozenset[str]] = title_nouns) -> dict:
+def type_reward(product: Product, goal: Goal, nouns: Callable[[str], tuple[str, ...]] = title_nouns) -> dict:
     """``r_type`` and its parts (query match, category match, title score)."""
     query_match = product.query == goal.query
     bought_path = {x.strip() for x in product.product_category.split("›")}
     goal_path = {x.strip() for x in goal.product_category.split("›")}
     category_match = len(bought_path & goal_path) >= 2
     desired = nouns(goal.name)
-    title_score = 0.2 if not desired else len(nouns(product.title) & desired) / len(desired)
+    # upstream: distinct shared nouns over the goal's noun list *with* repeats
+    title_score = 0.2 if not desired else len(set(nouns(product.title)) & set(desired)) / len(desired)
     r_type = 1.0 if (query_match or category_match or title_score > 0.2) else 0.5
     if title_score < 0.1:
         r_type = 0.1
