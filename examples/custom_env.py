@@ -6,11 +6,12 @@ the info keys). Registered, it works everywhere a built-in env does:
 ``make_vec_env``, ``MileGPO("LLMPolicy", env)``, ``milegpo train --env examples/Safe-v0``
 (after importing this file), ``milegpo play``.
 
-Run: ``python examples/custom_env.py`` (a random rollout, then a 4,000-step MileGPO
-run with a tiny offline model in "choose" mode: about 20 s on 2 CPU cores; ``--steps``
-sets the budget). The code of a safe is hidden, so beating chance (about 0.1) takes a
-policy that remembers its last tries; a run this short shows the API, not learning
-(``examples/compare_algorithms.py`` on House shows learning on a CPU).
+Run: ``python examples/custom_env.py`` (a random rollout, then an 8,000-step MileGPO
+run with a tiny offline model in "choose" mode: about 40 s on 2 idle CPU cores; ``--steps``
+sets the budget). The safes' codes are hidden, so the untrained policy opens about one
+safe in ten; measured with the defaults, sampled success on 20 safes x 4 tries went
+0.11 -> 0.45, 0.17 -> 0.29 and 0.11 -> 0.33 for seeds 0, 1, 2 (at 4,000 steps the gain
+is within noise).
 """
 
 from __future__ import annotations
@@ -25,16 +26,21 @@ from milegpo.envs import TextEnv, make_vec_env, register_env
 class SafeEnv(TextEnv):
     """Crack a safe: turn its dial to the three digits of the code, in order.
 
-    The safe clicks at each right digit and resets at a wrong one. Seed ``s``
-    selects the code of task ``s % num_tasks`` (same seed, same task).
+    Safes come in four colours and every safe of a colour has its maker's code,
+    which the agent is not told: it has to find the codes by trying and remember
+    them (in its weights: that is what training does). The safe clicks at each
+    right digit and resets at a wrong one. Seed ``s`` selects task ``s % num_tasks``
+    (same seed, same task).
     """
 
     num_tasks = 100
+    colors = ("red", "green", "blue", "black")
 
     def _reset(self, seed, options):
-        rng = random.Random((seed or 0) % self.num_tasks)
+        self.color = self.colors[(seed or 0) % self.num_tasks % len(self.colors)]
+        rng = random.Random(self.color)
         self.code, self.progress = [rng.randrange(4) for _ in range(3)], 0
-        return "a locked safe. the dial is at zero.", {"task": "open the safe."}
+        return "a locked safe. the dial is at zero.", {"task": f"open the {self.color} safe."}
 
     def _step(self, action):
         right = int(action.split()[-1]) == self.code[self.progress]
@@ -65,7 +71,7 @@ def random_rollout(seed: int = 0) -> float:
 # --------------------------------------------------------------------- training
 #: Every word the safe prints or is told, for the tiny model's word-level tokenizer.
 VOCABULARY = ["a locked safe. the dial is at zero. open the safe. the safe opens! click. the dial spins back.",
-              "0 1 2 3 of 3 digits set. turn dial to"]
+              "0 1 2 3 of 3 digits set. turn dial to", " ".join(SafeEnv.colors)]
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from milegpo.policies import tiny_model
 
     parser = argparse.ArgumentParser(description="MileGPO on the custom Safe env (tiny offline LM, CPU).")
-    parser.add_argument("--steps", type=int, default=4_000, help="env-step budget of training")
+    parser.add_argument("--steps", type=int, default=8_000, help="env-step budget of training")
     parser.add_argument("--n-eval-tasks", type=int, default=20, help="tasks evaluated before and after training")
     parser.add_argument("--out", default="runs/custom_env", help="folder of the tiny model and the checkpoint")
     parser.add_argument("--seed", type=int, default=0)

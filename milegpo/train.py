@@ -316,73 +316,105 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
           verbose: int = 1) -> Path:
     """Train (or resume) a run and write its folder; returns the folder's path.
 
+    Under ``torchrun --nproc_per_node N`` the run is data-parallel: the process group is
+    initialised here (gloo on CPU, NCCL on GPU), each rank plays ``n_tasks / N`` of the
+    task groups, the update is one update over all of them, and rank 0 alone writes the
+    run folder, evaluates (held-out evaluation runs on rank 0 while the others wait) and
+    checkpoints. A resume may use another number of ranks.
+
     Raises ``ValueError`` for a bad config (before anything is written),
     ``FileNotFoundError`` when ``resume`` names no run folder.
     """
+    from milegpo.algos import distributed
+
     check_setup(config)
-    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
+    world = distributed.init_from_environment(config.device)
+    if config.n_tasks % world.size:
+        raise ValueError(f"n_tasks ({config.n_tasks}) must be a multiple of the number of processes ({world.size}): "
+                         "each process plays whole task groups")
+    run_dir = Path(distributed.broadcast_from_main(str(run_dir or default_run_dir(config)), world))
+    main = world.is_main
+    verbose = verbose if main else 0
     if resume and not (run_dir / CONFIG_FILE).exists():
         raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo train` wrote")
     if not resume and (run_dir / PROGRESS_FILE).exists():
         raise ValueError(f"run folder {str(run_dir)!r} already has logs: continue it with --resume {run_dir}, "
                          "or choose another --run-dir")
-    if resume and _finished(run_dir, config, verbose):
+    if resume and _finished(run_dir, config, verbose, main):
         return run_dir
 
     from milegpo.envs import make_vec_env
 
     created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
     env = None
     try:
-        (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
-        model_path = prepare_model(config, run_dir)
-        env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=config.seed,
-                           env_kwargs=config.env_kwargs_for(config.train_split), subprocess=config.subprocess)
+        if main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+            model_path = prepare_model(config, run_dir)
+        model_path = distributed.broadcast_from_main(model_path if main else None, world)
+        env = make_vec_env(config.env, n_tasks=config.n_tasks // world.size, group_size=config.group_size,
+                           seed=config.seed, env_kwargs=config.env_kwargs_for(config.train_split),
+                           subprocess=config.subprocess, shard=(world.rank, world.size))
         env.errors.path = run_dir / ENV_ERRORS_FILE
-        model = _load_latest(config, run_dir / CHECKPOINTS_DIR, env, verbose) if resume else None
-        resumed = model is not None
-        if model is None:
-            model = _new_model(config, env, model_path, verbose)
+        device = distributed.rank_device(config.device, world)
+        checkpoint = _latest_intact(run_dir / CHECKPOINTS_DIR, verbose) if resume and main else None
+        checkpoint = distributed.broadcast_from_main(checkpoint, world)
+        if checkpoint is not None:
+            from milegpo.algos import ALGORITHMS
+
+            model = ALGORITHMS[config.algo].load(checkpoint, env=env, device=device)
+            if verbose:
+                print(f"Resuming from {checkpoint} at {model.num_timesteps} env steps (iteration {model._iterations})")
+        else:
+            model = _new_model(config, env, model_path, verbose, device)
     except BaseException:
         if env is not None:
             env.close()
-        if created and not any((run_dir / CHECKPOINTS_DIR).glob("*")):
+        if main and created and not any((run_dir / CHECKPOINTS_DIR).glob("*")):
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing was trained: leave no stray folder
         raise
+    resumed = checkpoint is not None
 
-    from milegpo.run_logs import configure_run_logger, rollback_logs
+    callbacks: list[Any] = []
+    curve_env = None
+    if main:
+        from milegpo.algos import CheckpointCallback, EvalCallback
+        from milegpo.run_logs import configure_run_logger, rollback_logs
 
-    if resume:  # cut the logs back to the checkpoint (everything, when starting over)
-        iteration = model._iterations if resumed else -1
-        dropped = rollback_logs(run_dir, iteration)
-        if verbose and any(dropped.values()):
-            print(f"Logs cut back to iteration {iteration}: dropped " +
-                  ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items() if n))
-    purge_step = (model.num_timesteps + 1 if resumed else 0) if resume else None
-    model.set_logger(configure_run_logger(run_dir, stdout=bool(verbose), purge_step=purge_step))
+        if resume:  # cut the logs back to the checkpoint (everything, when starting over)
+            iteration = model._iterations if resumed else -1
+            dropped = rollback_logs(run_dir, iteration)
+            if verbose and any(dropped.values()):
+                print(f"Logs cut back to iteration {iteration}: dropped " +
+                      ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items() if n))
+        purge_step = (model.num_timesteps + 1 if resumed else 0) if resume else None
+        model.set_logger(configure_run_logger(run_dir, stdout=bool(verbose), purge_step=purge_step))
+        callbacks.append(CheckpointCallback(config.checkpoint_freq, run_dir / CHECKPOINTS_DIR))
+        curve_env = _eval_env(config, config.eval_splits[0]) if config.eval_splits else None
+        if curve_env is not None:
+            callbacks.append(EvalCallback(curve_env, eval_freq=config.eval_freq, n_eval_tasks=config.n_eval_tasks,
+                                          seed=eval_seed(config, config.eval_splits[0]), **_eval_sampling(config)))
+    else:
+        from stable_baselines3.common.logger import Logger
 
-    from milegpo.algos import CheckpointCallback, EvalCallback
-
-    callbacks = [CheckpointCallback(config.checkpoint_freq, run_dir / CHECKPOINTS_DIR)]
-    curve_env = _eval_env(config, config.eval_splits[0]) if config.eval_splits else None
-    if curve_env is not None:
-        callbacks.append(EvalCallback(curve_env, eval_freq=config.eval_freq, n_eval_tasks=config.n_eval_tasks,
-                                      seed=eval_seed(config, config.eval_splits[0]), **_eval_sampling(config)))
+        model.set_logger(Logger(folder=None, output_formats=[]))  # rank 0 logs for everyone
     remaining = config.total_timesteps - model.num_timesteps
     try:
         if remaining > 0:
-            model.learn(remaining, callback=callbacks, reset_num_timesteps=not resumed, progress_bar=progress_bar)
+            model.learn(remaining, callback=callbacks, reset_num_timesteps=not resumed,
+                        progress_bar=progress_bar and main)
     finally:
         env.close()
         if curve_env is not None:
             curve_env.close()
-    model.save(run_dir / FINAL_DIR)
-    _finish(model, config, run_dir, verbose)
+    if main:
+        model.save(run_dir / FINAL_DIR)
+        _finish(model, config, run_dir, verbose)
     return run_dir
 
 
-def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int) -> Any:
+def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int, device: str) -> Any:
     from milegpo.algos import ALGORITHMS
 
     return ALGORITHMS[config.algo](
@@ -391,35 +423,32 @@ def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int) -> 
         kl_coef=config.kl_coef, ent_coef=config.ent_coef,
         clip_range=config.clip_range, credit_preset=config.credit_preset,
         credit_kwargs=dict(config.credit_kwargs), policy_kwargs=config.policy_kwargs(model_path),
-        verbose=verbose, seed=config.seed, device=config.device,
+        verbose=verbose, seed=config.seed, device=device,
     )
 
 
-def _load_latest(config: TrainConfig, folder: Path, env: Any, verbose: int) -> Any | None:
-    """The newest intact checkpoint of ``folder`` loaded (a corrupt one is moved aside to
-    ``corrupt-<name>`` with a warning and the next older one tried); None when there is none."""
-    from milegpo.algos import ALGORITHMS
-    from milegpo.algos.checkpoint import CheckpointError, checkpoints
+def _latest_intact(folder: Path, verbose: int) -> str | None:
+    """The newest checkpoint of ``folder`` that reads back intact; a corrupt one is moved aside
+    to ``corrupt-<name>`` with a warning and the next older one tried. None when there is none."""
+    from milegpo.algos.checkpoint import CheckpointError, checkpoints, read_config
 
     for path in checkpoints(folder):
         try:
-            model = ALGORITHMS[config.algo].load(path, env=env, device=config.device)
+            read_config(path)  # complete, and every file as written (its manifest)
         except CheckpointError as exc:
             aside = path.with_name(f"corrupt-{path.name}")
             os.replace(path, aside)
             print(f"warning: {exc}. Moved it to {aside}; trying the next older checkpoint", file=sys.stderr)
             continue
-        if verbose:
-            print(f"Resuming from {path} at {model.num_timesteps} env steps (iteration {model._iterations})")
-        return model
+        return str(path)
     if verbose:
         print(f"No intact checkpoint in {folder}: starting the run over")
     return None
 
 
-def _finished(run_dir: Path, config: TrainConfig, verbose: int) -> bool:
+def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = True) -> bool:
     """Whether a run folder's final checkpoint already reached ``config.total_timesteps``;
-    if only its final evaluation is missing (killed during it), run that."""
+    if only its final evaluation is missing (killed during it), rank 0 runs that."""
     from milegpo.algos import ALGORITHMS
     from milegpo.algos.checkpoint import CheckpointError, read_config
 
@@ -429,6 +458,8 @@ def _finished(run_dir: Path, config: TrainConfig, verbose: int) -> bool:
         return False
     if counters["num_timesteps"] < config.total_timesteps:
         return False
+    if not main:
+        return True
     if (run_dir / EVAL_FINAL_FILE).exists():
         print(f"{run_dir} is finished ({counters['num_timesteps']} of {config.total_timesteps} env steps): "
               f"nothing to do. To train further: milegpo train --resume {run_dir} --steps N (N > "

@@ -259,3 +259,20 @@ def test_subprocess_house_equals_in_process():
     finally:
         local.close()
         remote.close()
+
+
+def test_shards_draw_disjoint_slices_of_the_one_process_draw():
+    from milegpo.envs import make_vec_env
+
+    whole = make_vec_env("milegpo/House-v0", n_tasks=6, group_size=2, seed=5)
+    shards = [make_vec_env("milegpo/House-v0", n_tasks=3, group_size=2, seed=5, shard=(rank, 2)) for rank in (0, 1)]
+    for iteration in range(3):
+        for env in (whole, *shards):
+            env.seed(100 + iteration)
+            env.reset()
+        assert np.concatenate([s.task_seeds for s in shards]).tolist() == whole.task_seeds.tolist()
+        assert not set(shards[0].task_seeds) & set(shards[1].task_seeds)
+    for env in (whole, *shards):
+        env.close()
+    with pytest.raises(ValueError, match="shard"):
+        make_vec_env("milegpo/House-v0", shard=(2, 2))

@@ -64,8 +64,9 @@ from stable_baselines3.common.vec_env import VecEnv
 
 import milegpo
 from milegpo.algos import checkpoint as ckpt
+from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer, split_by_tokens, step_tokens
-from milegpo.algos.credit import StepBatch, make_credit_config
+from milegpo.algos.credit import StepBatch, compute_credit, make_credit_config
 from milegpo.algos.credit.batch import LAST_BATCH_FILE, save_step_batch
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
@@ -266,6 +267,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         params = list(self.policy.trainable_parameters())
         if not params:
             raise ValueError("the policy has no trainable (LoRA) parameters: check policy_kwargs['lora']")
+        #: this process's rank among the data-parallel processes (see milegpo.algos.distributed)
+        self.world = distributed.current_world()
+        distributed.broadcast_parameters(params, self.world)
         self.optimizer = th.optim.AdamW(params, lr=self.lr_schedule(1.0), weight_decay=self.weight_decay)
         self.policy.optimizer = self.optimizer  # SB3 convention: the optimizer lives on the policy
 
@@ -373,7 +377,11 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 if info.get("env_error") is not None:
                     rollout_buffer.add_reset_error(i, str(info["env_error"]))
             histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
+            # sampling seeded per (run, iteration, rank): reproducible and resumable on any number of ranks
+            self.policy.reseed_sampling(int(np.random.SeedSequence(
+                [self.task_seed_base, 2, self._iterations, self.world.rank]).generate_state(1)[0]))
             callback.on_rollout_start()
+            timesteps_before = self.num_timesteps
             start, policy_time, tokens, action_tokens = time.perf_counter(), 0.0, 0, 0
             while env.active.any():
                 active = np.flatnonzero(env.active)
@@ -409,7 +417,11 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             credit_time = time.perf_counter() - t0
         finally:
             self._last_obs = None
-        stats = rollout_buffer.stats()
+        # env steps of all ranks (every rank then agrees on when learn() ends)
+        local_steps = self.num_timesteps - timesteps_before
+        self.num_timesteps = timesteps_before + int(distributed.all_reduce_sum([local_steps], self.world)[0])
+        stats = distributed.reduce_rollout_stats(rollout_buffer.stats(), self.world)
+        batch, credit = self._global_credit(rollout_buffer, credit, env.n_tasks)
         self._rollout_log = {
             **{f"rollout/{k}": v for k, v in stats.items() if k not in ("episodes", "steps")},
             "rollout/episodes": stats["episodes"],
@@ -424,10 +436,23 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 if isinstance(value, (bool, int, float, np.integer, np.floating)):
                     self._rollout_log[f"credit/{key}"] = float(value)
             self._write_diagnostics(credit.diagnostics, stats)
-            self._write_last_batch(rollout_buffer.batch)
+            self._write_last_batch(batch)
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _global_credit(self, buffer: TextRolloutBuffer, credit: Any, groups_per_rank: int) -> tuple[StepBatch | None, Any]:
+        """The batch and credit result to log: this rollout's own, or, with several ranks, on rank 0
+        those of every rank's groups together (the diagnostics one process would log; credit is per
+        task, so the advantages each rank trains on are the same either way). Others get (None, None)."""
+        if not self.world.distributed:
+            return buffer.batch, credit
+        batches = distributed.gather_to_main(buffer.batch if credit is not None else None, self.world)
+        batches = [b for b in batches or [] if b is not None]
+        if not batches:
+            return None, None
+        merged = distributed.merge_step_batches(batches, groups_per_rank)
+        return merged, compute_credit(self.credit_method, merged, self.credit_config)
 
     def _record_episode(self, buffer: TextRolloutBuffer, env_index: int) -> None:
         traj = buffer.trajectories[env_index]
@@ -478,16 +503,23 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         sums: dict[str, float] = {}
         skipped, steps, tokens_done = 0, 0, 0
         start = time.perf_counter()
-        if buffer.advantages is not None and len(buffer.advantages):
-            samples, advantages, row_tokens = buffer.samples, buffer.advantages, buffer.row_tokens()
-            for _ in range(self.n_epochs):
-                for rows in buffer.get(self._rng, self.batch_size, self.mini_batch_tokens):
-                    ok, info = self._optimizer_step(rows, samples, advantages, row_tokens)
-                    steps += 1
-                    skipped += not ok
-                    tokens_done += int(row_tokens[rows].sum())
-                    for key, value in info.items():
-                        sums[key] = sums.get(key, 0.0) + value
+        has_rows = buffer.advantages is not None and len(buffer.advantages) > 0
+        samples = buffer.samples if has_rows else []
+        advantages = buffer.advantages if has_rows else np.zeros(0)
+        row_tokens = buffer.row_tokens() if has_rows else np.zeros(0, dtype=np.int64)
+        row_units = np.array([len(sample.old_logprobs) for sample in samples], dtype=np.int64)
+        for _ in range(self.n_epochs if has_rows or self.world.distributed else 0):
+            # minibatches of the global batch (every rank's rows; just this rollout's with one process)
+            for rows, n_units, n_seqs in distributed.global_minibatches(
+                    self._rng, row_tokens, row_units, self.world, self.batch_size, self.mini_batch_tokens):
+                if n_seqs == 0:
+                    continue
+                ok, info = self._optimizer_step(rows, samples, advantages, row_tokens, n_units, n_seqs)
+                steps += 1
+                skipped += not ok
+                tokens_done += int(row_tokens[rows].sum())
+                for key, value in info.items():
+                    sums[key] = sums.get(key, 0.0) + value
         update_time = time.perf_counter() - start
         self._n_updates += steps - skipped
         self._skipped_steps += skipped
@@ -521,16 +553,18 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 cb.on_iteration_end()
 
     def _optimizer_step(
-        self, rows: np.ndarray, samples: list[Any], advantages: np.ndarray, row_tokens: np.ndarray
+        self, rows: np.ndarray, samples: list[Any], advantages: np.ndarray, row_tokens: np.ndarray,
+        n_units: int, n_seqs: int,
     ) -> tuple[bool, dict[str, float]]:
         """One optimizer step on minibatch ``rows`` (gradients accumulated over micro-batches).
 
-        Returns whether the step was applied and its statistics. A non-finite loss or
-        gradient norm skips the step (nothing is applied) with a warning.
+        ``n_units`` / ``n_seqs`` are the units and rows of the whole minibatch, over all ranks:
+        each rank's loss is its share of the global mean, and the summed gradients are
+        those of the global minibatch. Returns whether the step was applied and its
+        statistics. A non-finite loss or gradient norm skips the step (nothing is
+        applied, on every rank) with a warning.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        n_units = sum(len(samples[r].old_logprobs) for r in rows)
-        n_seqs = len(rows)
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
         with_entropy = self.ent_coef != 0.0
         for micro in split_by_tokens(rows, row_tokens, self.micro_batch_tokens):
@@ -565,6 +599,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 sums["clip_fraction"] += float((clipped * maskf).sum()) / max(n_units, 1)
                 sums["approx_kl"] += float((((ratio - 1.0) - log_ratio) * maskf).sum()) / max(n_units, 1)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if self.world.distributed:
+            distributed.all_reduce_gradients(params, self.world)
+            sums = dict(zip(sums, distributed.all_reduce_sum(list(sums.values()), self.world)))
         grad_norm = float(th.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
         if not (np.isfinite(sums["loss"]) and np.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -575,7 +612,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             )
             return False, {}
         self.optimizer.step()
-        if kl is None:
+        if self.kl_coef == 0.0:
             sums.pop("kl")
         if not with_entropy:
             sums.pop("entropy")
@@ -626,7 +663,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 "time_elapsed_s": self.time_elapsed(),
             },
             "seeds": {"seed": self.seed, "task_seed_base": self.task_seed_base},
-            "rng": {"minibatch": self._rng.bit_generator.state, "policy": self.policy.sampling_state()},
+            "rng": {"minibatch": self._rng.bit_generator.state},
         }
 
     def _base_model_fingerprint(self) -> dict[str, Any]:
@@ -715,11 +752,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         model._total_timesteps = int(counters.get("total_timesteps", 0))
         model._current_progress_remaining = float(counters.get("current_progress_remaining", 1.0))
         model._elapsed_before = float(counters.get("time_elapsed_s", 0.0))
-        rng = config.get("rng", {})
-        if rng.get("minibatch") is not None:
-            model._rng.bit_generator.state = rng["minibatch"]
-        if rng.get("policy") is not None:
-            model.policy.set_sampling_state(rng["policy"])
+        state = config.get("rng", {}).get("minibatch")
+        if state is not None:
+            model._rng.bit_generator.state = state
         model.ep_info_buffer = deque(maxlen=model._stats_window_size)
         model.ep_success_buffer = deque(maxlen=model._stats_window_size)
         return model

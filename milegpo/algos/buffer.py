@@ -110,6 +110,21 @@ def split_by_tokens(rows: np.ndarray, tokens: np.ndarray, budget: int) -> list[n
     return chunks
 
 
+def minibatch_rows(rng: np.random.Generator, row_tokens: np.ndarray, batch_size: int | None = None,
+                   mini_batch_tokens: int | None = None) -> list[np.ndarray]:
+    """Shuffle rows ``0..len(row_tokens)-1`` and cut them into minibatches (one optimizer step each)
+    of ``batch_size`` rows or of at most ``mini_batch_tokens`` tokens; with neither, one minibatch."""
+    if batch_size is not None and mini_batch_tokens is not None:
+        raise ValueError("give batch_size (steps) or mini_batch_tokens (tokens) per minibatch, not both")
+    order = rng.permutation(len(row_tokens))
+    if mini_batch_tokens is not None:
+        return split_by_tokens(order, row_tokens, mini_batch_tokens)
+    size = batch_size or max(len(order), 1)
+    if size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {size}")
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
 class TextRolloutBuffer:
     """Grouped text episodes of one rollout, their credit, and minibatches of steps.
 
@@ -246,17 +261,7 @@ class TextRolloutBuffer:
         """
         if self.advantages is None:
             raise RuntimeError("call compute_credit() before get()")
-        if batch_size is not None and mini_batch_tokens is not None:
-            raise ValueError("give batch_size (steps) or mini_batch_tokens (tokens) per minibatch, not both")
-        order = rng.permutation(len(self.advantages))
-        if mini_batch_tokens is not None:
-            yield from split_by_tokens(order, self.row_tokens(), mini_batch_tokens)
-            return
-        size = batch_size or max(len(order), 1)
-        if size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {size}")
-        for start in range(0, len(order), size):
-            yield order[start : start + size]
+        yield from minibatch_rows(rng, self.row_tokens(), batch_size, mini_batch_tokens)
 
     # ------------------------------------------------------------ stats
     def stats(self) -> dict[str, float]:

@@ -237,6 +237,10 @@ class GroupedTextVecEnv(VecEnv):
         ``"fork"`` is refused because it copies the parent's torch threads and locks.
     :param timeout: seconds a worker may take to answer one command before it is
         declared hung, killed and restarted.
+    :param shard: ``(rank, world_size)`` for data-parallel training: :meth:`reset` draws
+        the task seeds of all ``n_tasks * world_size`` groups (the same draw on every
+        rank, given the same seed) and plays this rank's slice, so ranks get disjoint
+        tasks and together the batch one process with every group would play.
 
     Attributes: ``n_tasks``, ``group_size``, ``group_ids`` (int64, env -> group),
     ``task_seeds`` (int64, seed of each group at the last reset, -1 for a group
@@ -253,7 +257,11 @@ class GroupedTextVecEnv(VecEnv):
         n_workers: int | None = None,
         start_method: str | None = None,
         timeout: float = 120.0,
+        shard: tuple[int, int] = (0, 1),
     ):
+        if not 0 <= shard[0] < shard[1]:
+            raise ValueError(f"shard must be (rank, world_size) with 0 <= rank < world_size, got {shard}")
+        self.shard = (int(shard[0]), int(shard[1]))
         if n_tasks < 1 or group_size < 1:
             raise ValueError(f"n_tasks and group_size must be >= 1, got n_tasks={n_tasks}, group_size={group_size}")
         self.n_tasks = int(n_tasks)
@@ -312,11 +320,16 @@ class GroupedTextVecEnv(VecEnv):
         """Draw ``n_tasks`` task seeds from the vec env's RNG.
 
         With a finite task list (the env's ``num_tasks``) the seeds are distinct
-        task indices when ``n_tasks <= num_tasks``; otherwise any ints in [0, 2**31).
+        task indices when the draw fits in it; otherwise any ints in [0, 2**31).
+        With a ``shard``, the draw is of every rank's groups and this rank's slice is returned.
         """
-        if self._num_tasks is not None and self.n_tasks <= self._num_tasks:
-            return self._rng.choice(self._num_tasks, size=self.n_tasks, replace=False).astype(np.int64)
-        return self._rng.integers(0, MAX_SEED, size=self.n_tasks, dtype=np.int64)
+        rank, world = self.shard
+        total = self.n_tasks * world
+        if self._num_tasks is not None and total <= self._num_tasks:
+            seeds = self._rng.choice(self._num_tasks, size=total, replace=False).astype(np.int64)
+        else:
+            seeds = self._rng.integers(0, MAX_SEED, size=total, dtype=np.int64)
+        return seeds[rank * self.n_tasks : (rank + 1) * self.n_tasks]
 
     def reset(self) -> np.ndarray:
         """Start new episodes: one fresh task seed per group, the same for all its copies."""
@@ -520,6 +533,7 @@ def make_vec_env(
     n_workers: int | None = None,
     start_method: str | None = None,
     timeout: float = 120.0,
+    shard: tuple[int, int] = (0, 1),
 ) -> GroupedTextVecEnv:
     """Make a :class:`GroupedTextVecEnv` from a registered env id or an env factory.
 
@@ -537,7 +551,7 @@ def make_vec_env(
     else:
         raise TypeError(f"env_id_or_factory must be an env id or a callable returning a TextEnv, got {env_id_or_factory!r}")
     return GroupedTextVecEnv(env_fn, n_tasks=n_tasks, group_size=group_size, seed=seed, subprocess=subprocess,
-                             n_workers=n_workers, start_method=start_method, timeout=timeout)
+                             n_workers=n_workers, start_method=start_method, timeout=timeout, shard=shard)
 
 
 class _KwargsFactory:

@@ -547,21 +547,11 @@ class LLMPolicy(BasePolicy):
             )
         return samples
 
-    def sampling_state(self) -> dict[str, Any]:
-        """The state of the action-sampling generators as plain values (saved in checkpoints,
-        so a resumed run samples what the uninterrupted run would have)."""
-        generator = self._generator
-        return {"choose": self._rng.bit_generator.state,
-                "generate": None if generator is None else {"device": str(generator.device),
-                                                            "state": generator.get_state().tolist()}}
-
-    def set_sampling_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`sampling_state` returned."""
-        self._rng.bit_generator.state = state["choose"]
-        saved = state.get("generate")
-        if saved is not None and th.device(saved["device"]) == self.device:
-            self._generator = th.Generator(device=self.device)
-            self._generator.set_state(th.tensor(saved["state"], dtype=th.uint8))
+    def reseed_sampling(self, seed: int) -> None:
+        """Restart the action-sampling generators from ``seed`` (the trainer does it before every
+        rollout, so a resumed or data-parallel run samples reproducibly without saving their state)."""
+        self._rng = np.random.default_rng(seed)
+        self._generator = th.Generator(device=self.device).manual_seed(int(seed))
 
     @contextmanager
     def seeded_sampling(self, seed: int) -> Iterator[None]:
