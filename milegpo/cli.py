@@ -255,6 +255,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.temperature is not None and args.temperature <= 0:
             raise ValueError(f"--temperature must be > 0 (--greedy for greedy actions), got {args.temperature}")
         config, model = load_run(args.run_dir)
+        if not (args.split or config.eval_splits):
+            raise ValueError("the run has no eval splits (its eval_splits is empty): pass --split NAME")
         if args.greedy or args.temperature is not None:
             config = TrainConfig.from_dict({**config.__dict__, "eval_temperature": None if args.greedy else args.temperature})
         results = evaluate_model(model, config, splits=args.split, n_tasks=args.n_tasks, progress=True)

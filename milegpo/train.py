@@ -493,7 +493,7 @@ def evaluate_model(model: Any, config: TrainConfig, splits: list[str] | None = N
     """Success on the first ``n_tasks`` tasks of each eval split, sampled at ``config.eval_temperature``
     (greedy when it is None) with the split's fixed :func:`eval_seed`."""
     results = {}
-    for split in splits or config.eval_splits or [None]:
+    for split in splits or config.eval_splits:  # none: the run has no held-out evaluation
         env = _eval_env(config, split)
         try:
             result = model.evaluate(env, n_episodes=n_tasks or config.n_eval_tasks, seed=eval_seed(config, split),

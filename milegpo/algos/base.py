@@ -40,6 +40,12 @@ diagnostics. The full diagnostics (milestone and trap lists ...) of every iterat
 to ``credit_diagnostics.jsonl`` in the logger folder when the logger writes files there,
 and the iteration's :class:`~milegpo.algos.credit.StepBatch` to ``last_batch.npz``
 (overwritten each iteration; :func:`milegpo.plots.plot_run_trajectory_credit` draws it).
+
+Data parallel (:mod:`milegpo.algos.distributed`, ``torchrun``): every rank plays its own
+task groups and computes their credit; ``num_timesteps``, rollout/* and the step counts
+of env_steps_per_s / update_tokens_per_s are those of all ranks together, credit/* those
+of the merged batch (what one process would log); the other ``time/`` values are rank 0's.
+Only rank 0 should be given a logger that writes.
 """
 
 from __future__ import annotations
@@ -521,6 +527,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 for key, value in info.items():
                     sums[key] = sums.get(key, 0.0) + value
         update_time = time.perf_counter() - start
+        if self.world.distributed:  # throughput of all ranks together
+            tokens_done = int(distributed.all_reduce_sum([tokens_done], self.world)[0])
         self._n_updates += steps - skipped
         self._skipped_steps += skipped
         self._iterations += 1
