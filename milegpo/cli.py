@@ -158,12 +158,13 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--eval-freq": ("eval_freq", int, "iterations between held-out evaluations"),
     "--checkpoint-freq": ("checkpoint_freq", int, "iterations between checkpoints"),
     "--train-split": ("train_split", str, "the env's training split ('none': the env has no splits)"),
+    "--rollout-backend": ("rollout_backend", str, "generate mode: who samples, hf | vllm (pip install 'milegpo[vllm]')"),
     "--device": ("device", str, "auto (CUDA when there is one) | cpu | cuda | cuda:N"),
     "--seed": ("seed", int, "random seed"),
 }
 
 #: one algorithm per credit method (milegpo.algos.ALGORITHMS; the credit package imports no torch)
-TRAIN_CHOICES = {"algo": CREDIT_METHODS, "mode": ("choose", "generate")}
+TRAIN_CHOICES = {"algo": CREDIT_METHODS, "mode": ("choose", "generate"), "rollout_backend": ("hf", "vllm")}
 #: split names meaning "no split"
 NO_SPLIT = ("none", "null")
 

@@ -98,6 +98,10 @@ class TrainConfig:
     #: memoryless policy needs its training temperature 1.0 to escape loops); None = greedy
     eval_temperature: float | None = 1.0
     max_new_tokens: int = 512
+    #: generate mode: who samples the replies, "hf" (the trainer's model) or "vllm" (a colocated engine)
+    rollout_backend: str = "hf"
+    #: more vllm.LLM arguments (e.g. {"gpu_memory_utilization": 0.4})
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     think: bool = False
     dtype: str | None = None
     credit_preset: str | None = None
@@ -146,6 +150,11 @@ class TrainConfig:
             raise ValueError(f"eval_temperature must be > 0, or null for greedy evaluation, got {self.eval_temperature!r}")
         if self.candidate_score not in ("sum", "mean"):
             raise ValueError(f"candidate_score must be 'sum' or 'mean', got {self.candidate_score!r}")
+        if self.rollout_backend not in ("hf", "vllm"):
+            raise ValueError(f"rollout_backend must be 'hf' or 'vllm', got {self.rollout_backend!r}")
+        if self.rollout_backend == "vllm" and self.mode != "generate":
+            raise ValueError("rollout_backend 'vllm' samples generate-mode replies; choose mode scores the "
+                             "candidates with the trainer's model: use --mode generate or --rollout-backend hf")
         if self.credit_preset not in (None, "alfworld", "webshop"):
             raise ValueError(f"credit_preset must be 'alfworld', 'webshop' or null, got {self.credit_preset!r}")
         if not isinstance(self.eval_splits, list):
@@ -182,6 +191,8 @@ class TrainConfig:
             "think": self.think,
             "gradient_checkpointing": self.gradient_checkpointing,
             "seed": self.seed,
+            **({"rollout_backend": self.rollout_backend, "vllm_kwargs": dict(self.vllm_kwargs)}
+               if self.rollout_backend != "hf" else {}),
         }
 
 
@@ -241,6 +252,13 @@ def check_setup(config: TrainConfig) -> None:
     _check_env(config)
     _check_model(config.model)
     _check_device(config.device)
+    if config.rollout_backend == "vllm":
+        from milegpo.policies.vllm_sampler import import_vllm
+
+        try:
+            import_vllm()
+        except ImportError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def _check_env(config: TrainConfig) -> None:

@@ -29,7 +29,9 @@ Counting and logging conventions:
   window of the last 100 episodes).
 
 Logged keys: ``rollout/`` success_rate, ep_rew_mean, ep_len_mean, score_mean,
-invalid_action_rate, env_errors, episodes; ``train/`` loss, pg_loss, kl (with
+invalid_action_rate, env_errors, episodes (and, with a vLLM sampler, sampler_logprob_gap_max /
+_mean_step: the largest gap between the sampler's and the trainer's behaviour log-probs of
+a step's tokens); ``train/`` loss, pg_loss, kl (with
 ``kl_coef``), entropy (with ``ent_coef``), clip_fraction, approx_kl, grad_norm (before
 clipping), skipped_steps (non-finite loss or gradient), learning_rate, n_updates;
 ``time/`` rollout_s, credit_s, update_s, env_steps_per_s (env steps over the rollout's
@@ -389,6 +391,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             callback.on_rollout_start()
             timesteps_before = self.num_timesteps
             start, policy_time, tokens, action_tokens = time.perf_counter(), 0.0, 0, 0
+            logprob_gaps: list[float] = []  # per step: max |sampler - trainer| behaviour log-prob
             while env.active.any():
                 active = np.flatnonzero(env.active)
                 t0 = time.perf_counter()
@@ -407,6 +410,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                     histories[i].append((str(obs[i]), samples[k].text))
                     tokens += step_tokens(samples[k])
                     action_tokens += len(samples[k].action_ids)
+                    if getattr(samples[k], "sampler_logprobs", None) is not None:
+                        gap = np.abs(samples[k].sampler_logprobs - samples[k].old_logprobs)
+                        logprob_gaps.append(float(gap.max(initial=0.0)))
                     if dones[i]:
                         self._record_episode(rollout_buffer, int(i))
                 obs, infos = new_obs, new_infos
@@ -437,6 +443,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             "time/rollout_tokens_per_s": tokens / max(policy_time, 1e-9),
             "time/action_tokens_per_s": action_tokens / max(policy_time, 1e-9),
         }
+        if logprob_gaps:  # another sampler (vLLM) than the trainer's model: how well they agree
+            self._rollout_log["rollout/sampler_logprob_gap_max"] = max(logprob_gaps)
+            self._rollout_log["rollout/sampler_logprob_gap_mean_step"] = float(np.mean(logprob_gaps))
         if credit is not None:
             for key, value in credit.diagnostics.items():
                 if isinstance(value, (bool, int, float, np.integer, np.floating)):
@@ -504,6 +513,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     def train(self) -> None:
         """PPO-clip update of the LoRA parameters on the rollout's steps and advantages."""
         self.policy.set_training_mode(True)
+        self.policy.before_update()
         self._update_learning_rate(self.optimizer)
         buffer = self.rollout_buffer
         sums: dict[str, float] = {}
@@ -526,6 +536,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 tokens_done += int(row_tokens[rows].sum())
                 for key, value in info.items():
                     sums[key] = sums.get(key, 0.0) + value
+        self.policy.after_update()  # the sampler (a vLLM engine) samples from the new weights from now on
         update_time = time.perf_counter() - start
         if self.world.distributed:  # throughput of all ranks together
             tokens_done = int(distributed.all_reduce_sum([tokens_done], self.world)[0])
@@ -575,6 +586,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
         with_entropy = self.ent_coef != 0.0
+        rows = rows[np.argsort(row_tokens[rows], kind="stable")]  # similar lengths together: less padding
         for micro in split_by_tokens(rows, row_tokens, self.micro_batch_tokens):
             batch = [samples[r] for r in micro]
             logp, mask, entropy = self.policy.evaluate_actions(batch, with_entropy=with_entropy)

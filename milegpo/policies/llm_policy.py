@@ -28,7 +28,6 @@ predict completion tokens are computed.
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import os
 import warnings
@@ -45,10 +44,11 @@ from stable_baselines3.common.policies import BasePolicy
 
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder
+from milegpo.policies.sampling import HFSampler, Sampler, cache_argument, output_cache
 
 MODES = ("choose", "generate")
 CANDIDATE_SCORES = ("sum", "mean")
-STOP_TEXT = "</action>"
+ROLLOUT_BACKENDS = ("hf", "vllm")
 POLICY_FILE = "policy.json"
 
 #: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
@@ -75,6 +75,8 @@ class ActionSample:
         generated token (generate) or ``[log pi(chosen)]`` (choose).
     :param parsed: generate mode: an ``<action>`` tag was found; choose: True.
     :param raw_text: generate mode: the whole decoded reply.
+    :param sampler_logprobs: generate mode with another sampler than the trainer's model
+        (vLLM): the log-probs the sampler reported, when ``old_logprobs`` were recomputed.
     """
 
     text: str
@@ -85,6 +87,7 @@ class ActionSample:
     old_logprobs: np.ndarray
     parsed: bool
     raw_text: str = ""
+    sampler_logprobs: np.ndarray | None = None
 
 
 def completion_logprobs(
@@ -166,7 +169,7 @@ def candidate_logprobs(
     out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True,
                 logits_to_keep=1)  # fmt: skip
     rows = th.repeat_interleave(th.arange(n), th.tensor([len(c) for c in candidates])).to(device)
-    cache = _output_cache(out)
+    cache = output_cache(out)
     cache.batch_select_indices(rows)
     cand = th.full((len(flat), c_len), pad_id, dtype=th.long)
     cand_mask = th.zeros((len(flat), c_len), dtype=th.long)
@@ -176,18 +179,12 @@ def candidate_logprobs(
     cand, cand_mask = cand.to(device), cand_mask.to(device)
     positions = mask.sum(-1)[rows].unsqueeze(-1) + th.arange(c_len, device=device)
     out2 = model(input_ids=cand, attention_mask=th.cat([mask[rows], cand_mask], dim=-1), position_ids=positions,
-                 use_cache=True, **{_cache_argument(model): cache})  # fmt: skip
+                 use_cache=True, **{cache_argument(model): cache})  # fmt: skip
     # the prompt's last logits predict each candidate's first token, the candidate's own logits the rest
     logits = th.cat([out.logits[rows, -1:], out2.logits[:, :-1]], dim=1).float()
     logp = logits.gather(-1, cand.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
     cand_mask = cand_mask.bool()
     return logp.masked_fill(~cand_mask, 0.0), cand_mask
-
-
-def _cache_argument(model: th.nn.Module) -> str:
-    """The forward keyword of the KV cache (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def _resolve_device(device: str | th.device) -> th.device:
@@ -232,6 +229,14 @@ class LLMPolicy(BasePolicy):
         ``"mean"`` (per-token mean: no preference for short commands).
     :param gradient_checkpointing: recompute activations in the backward pass
         (less memory for long prompts on large models, ~30% slower updates).
+    :param rollout_backend: generate mode: who samples the replies, ``"hf"`` (this model,
+        :class:`~milegpo.policies.sampling.HFSampler`) or ``"vllm"`` (a colocated vLLM
+        engine, :class:`~milegpo.policies.vllm_sampler.VLLMSampler`). Choose mode always
+        scores the candidates with this model.
+    :param vllm_kwargs: more ``vllm.LLM`` arguments (``gpu_memory_utilization``, ...).
+    :param trust_sampler_logprobs: keep the sampler's log-probs as the behaviour log-probs
+        instead of recomputing them with this model (one extra forward pass per step,
+        the default, as verl does).
     :param optimizer_class: optimizer over the LoRA parameters.
     :param optimizer_kwargs: its extra arguments.
     """
@@ -258,6 +263,9 @@ class LLMPolicy(BasePolicy):
         optimizer_class: type[th.optim.Optimizer] = th.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
         gradient_checkpointing: bool = False,
+        rollout_backend: str = "hf",
+        vllm_kwargs: dict[str, Any] | None = None,
+        trust_sampler_logprobs: bool = False,
         use_sde: bool = False,
     ):
         if use_sde:  # SB3's OnPolicyAlgorithm passes use_sde to every policy
@@ -271,6 +279,11 @@ class LLMPolicy(BasePolicy):
             raise ValueError(f"candidate_score must be one of {CANDIDATE_SCORES}, got {candidate_score!r}")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if rollout_backend not in ROLLOUT_BACKENDS:
+            raise ValueError(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {rollout_backend!r}")
+        if rollout_backend != "hf" and mode != "generate":
+            raise ValueError(f"rollout_backend={rollout_backend!r} samples generate-mode replies; choose mode "
+                             "scores the candidates with the trainer's model: use rollout_backend='hf'")
         unknown = set(lora or {}) - set(DEFAULT_LORA)
         if unknown:
             raise ValueError(f"unknown LoRA settings {sorted(unknown)}; allowed: {sorted(DEFAULT_LORA)}")
@@ -289,12 +302,15 @@ class LLMPolicy(BasePolicy):
         self.max_batch_tokens = max_batch_tokens
         self.candidate_score = candidate_score
         self.gradient_checkpointing = gradient_checkpointing
+        self.rollout_backend = rollout_backend
+        self.vllm_kwargs = dict(vllm_kwargs or {})
+        self.trust_sampler_logprobs = trust_sampler_logprobs
 
         self._build_model()
         instructions = INSTRUCTIONS["choose"] if mode == "choose" else INSTRUCTIONS["think" if think else "generate"]
         self.prompts = PromptBuilder(self.tokenizer, prompt_template, instructions, history_length, max_prompt_tokens)
         self._rng = np.random.default_rng(seed)
-        self._generator: th.Generator | None = None
+        self.sampler = self._make_sampler()
         self.optimizer = self.optimizer_class(self.trainable_parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     # ------------------------------------------------------------------ setup
@@ -333,9 +349,16 @@ class LLMPolicy(BasePolicy):
         generation_eos = generation_eos if isinstance(generation_eos, list) else [generation_eos]
         #: tokens that end a reply (the tokenizer's EOS and the model's end-of-turn tokens)
         self.eos_ids = sorted({i for i in (tok.eos_token_id, *generation_eos) if i is not None})
-        #: tokens whose text contains ">": only after one of them can a reply end with "</action>"
-        vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
-        self._gt_ids = th.tensor([i for i, t in enumerate(vocab) if t is not None and ">" in t], dtype=th.long)
+
+    def _make_sampler(self) -> Sampler:
+        """The sampler of generate mode (the vLLM engine itself starts at the first reply)."""
+        if self.rollout_backend == "hf":
+            return HFSampler(self.model, self.tokenizer, self.eos_ids, self.pad_id)
+        from milegpo.policies.vllm_sampler import VLLMSampler
+
+        dtype = {th.float32: "float32", th.bfloat16: "bfloat16", th.float16: "float16"}[next(self.model.parameters()).dtype]
+        return VLLMSampler(self.model_name, self.save_adapter, self.eos_ids, dtype, int(self.lora["r"]),
+                           self.max_prompt_tokens + self.max_new_tokens, self.seed, self.vllm_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
@@ -346,6 +369,8 @@ class LLMPolicy(BasePolicy):
             max_prompt_tokens=self.max_prompt_tokens, max_new_tokens=self.max_new_tokens,
             temperature=self.temperature, think=self.think, seed=self.seed, max_batch_tokens=self.max_batch_tokens,
             candidate_score=self.candidate_score, gradient_checkpointing=self.gradient_checkpointing,
+            rollout_backend=self.rollout_backend, vllm_kwargs=dict(self.vllm_kwargs),
+            trust_sampler_logprobs=self.trust_sampler_logprobs,
             optimizer_class=self.optimizer_class, optimizer_kwargs=self.optimizer_kwargs,
         )  # fmt: skip
         return data
@@ -548,91 +573,53 @@ class LLMPolicy(BasePolicy):
         return samples
 
     def reseed_sampling(self, seed: int) -> None:
-        """Restart the action-sampling generators from ``seed`` (the trainer does it before every
-        rollout, so a resumed or data-parallel run samples reproducibly without saving their state)."""
+        """Restart the action-sampling generator from ``seed`` (the trainer does it before every
+        rollout, so a resumed or data-parallel run samples reproducibly without saving its state)."""
         self._rng = np.random.default_rng(seed)
-        self._generator = th.Generator(device=self.device).manual_seed(int(seed))
 
     @contextmanager
     def seeded_sampling(self, seed: int) -> Iterator[None]:
-        """Sample from generators seeded with ``seed`` inside the block, then continue the
-        previous ones (an evaluation gives the same result wherever it runs in training)."""
-        rng, generator = self._rng, self._generator
+        """Sample from a generator seeded with ``seed`` inside the block, then continue the
+        previous one (an evaluation gives the same result wherever it runs in training)."""
+        rng = self._rng
         self._rng = np.random.default_rng(seed)
-        self._generator = th.Generator(device=self.device).manual_seed(int(seed))
         try:
             yield
         finally:
-            self._rng, self._generator = rng, generator
-
-    def _sampling_generator(self, device: th.device) -> th.Generator:
-        if self._generator is None or self._generator.device != device:
-            self._generator = th.Generator(device=device).manual_seed(self.seed)
-        return self._generator
+            self._rng = rng
 
     def _generate(self, prompts: list[list[int]], deterministic: bool) -> list[ActionSample]:
-        """Sample replies token by token with a KV cache, recording each token's log-prob."""
-        device = self.device
-        n, p_len = len(prompts), max(map(len, prompts))
-        ids = th.full((n, p_len), self.pad_id, dtype=th.long)
-        mask = th.zeros((n, p_len), dtype=th.long)
-        for i, p in enumerate(prompts):
-            ids[i, p_len - len(p) :] = th.as_tensor(p)
-            mask[i, p_len - len(p) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        cache_arg = _cache_argument(self.model)
-        cache, next_pos = _output_cache(out), positions[:, -1:] + 1
-        generator = self._sampling_generator(device)
-        eos = th.tensor(self.eos_ids, device=device, dtype=th.long)
-        tokens, logps = [], []
-        done = th.zeros(n, dtype=th.bool, device=device)
-        lengths = th.full((n,), self.max_new_tokens, dtype=th.long)
-        for step in range(self.max_new_tokens):
-            logits = out.logits[:, -1].float() / self.temperature
-            log_probs = th.log_softmax(logits, dim=-1)
-            if deterministic:
-                token = log_probs.argmax(-1)
-            else:
-                token = th.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
-            token = token.masked_fill(done, self.pad_id)
-            tokens.append(token)
-            logps.append(log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1))
-            finished = ~done & (th.isin(token, eos) | self._hit_stop(tokens))
-            lengths[finished.cpu()] = step + 1
-            done |= finished
-            if bool(done.all()) or step == self.max_new_tokens - 1:
-                break
-            mask = th.cat([mask, th.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
-            out = self.model(input_ids=token.unsqueeze(-1), attention_mask=mask, position_ids=next_pos,
-                             use_cache=True, **{cache_arg: cache})  # fmt: skip
-            cache, next_pos = _output_cache(out), next_pos + 1
-        gen = th.stack(tokens, dim=1).cpu()
-        gen_logp = th.stack(logps, dim=1).cpu()
+        """Replies from the sampler, parsed into actions, with the behaviour log-probs of their tokens."""
+        seed = int(self._rng.integers(2**31 - 1))  # the sampler's randomness follows the policy's generator
+        completions = self.sampler.generate(prompts, self.temperature, self.max_new_tokens, deterministic, seed)
+        replies = [c.token_ids for c in completions]
+        recompute = not isinstance(self.sampler, HFSampler) and not self.trust_sampler_logprobs and not deterministic
+        behaviour = self._score_rows(prompts, replies, self.temperature)[0] if recompute else None
         samples = []
-        for i in range(n):
-            length = int(lengths[i])
-            action_ids = gen[i, :length].tolist()
-            raw = self.tokenizer.decode(action_ids, skip_special_tokens=True)
+        for i, completion in enumerate(completions):
+            raw = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             text, parsed = parse_action(raw)
+            old = completion.logprobs if behaviour is None else behaviour[i].float().cpu().numpy().astype(np.float32)
             samples.append(
                 ActionSample(
-                    text=text, prompt_ids=prompts[i], action_ids=action_ids, candidate_ids=None, chosen=None,
-                    old_logprobs=gen_logp[i, :length].numpy().astype(np.float32), parsed=parsed, raw_text=raw,
+                    text=text, prompt_ids=prompts[i], action_ids=list(completion.token_ids), candidate_ids=None,
+                    chosen=None, old_logprobs=old, parsed=parsed, raw_text=raw,
+                    sampler_logprobs=completion.logprobs if behaviour is not None else None,
                 )  # fmt: skip
             )
         return samples
 
-    def _hit_stop(self, tokens: list[th.Tensor]) -> th.Tensor:
-        """Rows whose reply now contains ``</action>`` (the tag may span several tokens)."""
-        last = tokens[-1]
-        hit = th.zeros_like(last, dtype=th.bool)
-        maybe = th.isin(last, self._gt_ids.to(last.device)).nonzero().flatten().tolist()
-        for i in maybe:
-            tail = self.tokenizer.decode([int(t[i]) for t in tokens[-16:]])
-            hit[i] = STOP_TEXT in tail
-        return hit
+    def before_update(self) -> None:
+        """Called by the trainer before it changes the weights (a vLLM engine sleeps on CUDA)."""
+        self.sampler.before_update()
+
+    def after_update(self) -> None:
+        """Called by the trainer after it changed the weights (a vLLM engine takes the new adapter)."""
+        self.sampler.after_update()
+
+    def close(self) -> None:
+        """Release the sampler (a vLLM engine)."""
+        self.sampler.close()
 
     # -------------------------------------------------------------- training
     def evaluate_actions(
@@ -705,12 +692,6 @@ class LLMPolicy(BasePolicy):
 
     def _predict(self, observation: Any, deterministic: bool = False) -> th.Tensor:
         raise TypeError("LLMPolicy acts on text: call predict() or act(), not _predict()")
-
-
-def _output_cache(out: Any) -> Any:
-    """The KV cache of a model output (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
 
 
 def _normalised(p: np.ndarray) -> np.ndarray:
