@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -102,7 +103,13 @@ class VLLMSampler(Sampler):
 
     def _engine(self) -> Any:
         if self.llm is None:
-            self.llm = self.vllm.LLM(**self._engine_kwargs())
+            # vllm 0.32 scans every loaded module's objects at start and breaks on llvmlite's ffi
+            # wrappers (loaded when numba was imported, e.g. by bm25s): hide them during the scan
+            hidden = {name: sys.modules.pop(name) for name in list(sys.modules) if name.startswith("llvmlite")}
+            try:
+                self.llm = self.vllm.LLM(**self._engine_kwargs())
+            finally:
+                sys.modules.update(hidden)
             self._push_adapter()
         return self.llm
 
