@@ -34,7 +34,7 @@ ITERATION_KEY = "time/iterations"
 class AppendingCSVOutputFormat(CSVOutputFormat):
     """SB3's CSV writer, continuing an existing ``progress.csv`` instead of truncating it."""
 
-    def __init__(self, filename: str | os.PathLike):  # noqa: super().__init__ would truncate the file
+    def __init__(self, filename: str | os.PathLike):  # not super().__init__: it would truncate the file
         Path(filename).touch()
         self.file = open(filename, "r+")
         header = self.file.readline()
