@@ -315,7 +315,7 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
         **common_diagnostics(graph, adv, episode),
         **step_group_diagnostics(graph),
         **graph_diagnostics(graph),
-        **tie_statistics(batch, graph, r_g, r_m),
+        **tie_statistics(batch, graph, r_m),
         **_milestone_diagnostics(graph, ev, cfg.diagnostics_top_k),
         "shaping_min": float(shaping.min(initial=0.0)),
         "shaping_max": float(shaping.max(initial=0.0)),

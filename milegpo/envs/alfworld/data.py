@@ -60,13 +60,18 @@ def canonical_task_types(task_types: Iterable[str | int] | None) -> tuple[str, .
     return tuple(sorted(set(names), key=TASK_TYPES.index))
 
 
-def resolve_data_root(data_root: str | os.PathLike | None = None) -> tuple[Path, bool]:
+def resolve_data_root(data_root: str | os.PathLike | None = None, size: str | None = None) -> tuple[Path, bool]:
     """Return (root, is_full_dataset).
 
     ``data_root`` may point at an ALFWorld download (a folder holding
     ``json_2.1.1``, or ``json_2.1.1`` itself) or at a generated task set. When
     None: ``$ALFWORLD_DATA`` if it holds ``json_2.1.1``, else the generated set.
+    ``size`` (``"standard"`` / ``"small"``) asks for a generated set of that size.
     """
+    if size is not None:
+        if data_root is not None:
+            raise ValueError("give either data_root or size (a generated task set), not both")
+        return ensure_task_set(size=size), False
     if data_root is None:
         env_value = os.environ.get("ALFWORLD_DATA")
         candidate = Path(env_value).expanduser() if env_value else _ALFWORLD_DEFAULT_DATA

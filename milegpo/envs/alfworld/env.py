@@ -63,6 +63,9 @@ class ALFWorldEnv(TextEnv):
     :param task_types: restrict to these task types (names or alfworld ids 1..6); None = all six.
     :param data_root: an ALFWorld download or a generated task set; None = ``$ALFWORLD_DATA`` if it
         holds ``json_2.1.1``, else milegpo's generated task set (see :mod:`milegpo.envs.alfworld.data`).
+    :param size: play milegpo's generated task set of this size: ``"standard"`` (ALFRED-like rooms)
+        or ``"small"`` (4-5 receptacles, few objects: short plans an untrained agent sometimes
+        completes, see :func:`~milegpo.envs.alfworld.generate.generate_task_set`).
     :param success_reward: reward of the winning step (the paper's setting: 10).
     :param expert_type: ``"planner"`` (fast-downward plan from the current state) or ``"handcoded"``
         (alfworld's scripted expert); when set, ``info["expert_plan"]`` holds the expert's next commands.
@@ -74,7 +77,7 @@ class ALFWorldEnv(TextEnv):
 
     def __init__(self, split: str = "train", num_tasks: int | None = None,
                  task_types: Iterable[str | int] | None = None, data_root: str | os.PathLike | None = None,
-                 success_reward: float = 10.0, expert_type: str | None = None,
+                 size: str | None = None, success_reward: float = 10.0, expert_type: str | None = None,
                  invalid_action_penalty: float = 0.1, max_episode_steps: int = 50, render_mode: str | None = None):
         super().__init__(invalid_action_penalty=invalid_action_penalty, max_episode_steps=max_episode_steps,
                          render_mode=render_mode)
@@ -83,7 +86,7 @@ class ALFWorldEnv(TextEnv):
             raise ValueError(f"expert_type must be None, 'planner' or 'handcoded', got {expert_type!r}")
         self.split = canonical_split(split)
         self.task_types = canonical_task_types(task_types)
-        root, self.full_dataset = resolve_data_root(data_root)
+        root, self.full_dataset = resolve_data_root(data_root, size)
         self.data_root = str(root)
         files = game_files(self.data_root, self.full_dataset, self.split, self.task_types)
         if num_tasks is not None:

@@ -73,6 +73,21 @@ ROOM_RECEPTACLES: dict[str, dict[str, tuple[int, int]]] = {
                    "Cabinet": (0, 3), "DiningTable": (0, 1), "Ottoman": (0, 1)},
 }
 
+#: Receptacles of the ``"small"`` task set: one of each, four or five per room (every
+#: task type stays possible: the tool receptacles and a parent for every target remain).
+SMALL_ROOM_RECEPTACLES: dict[str, dict[str, tuple[int, int]]] = {
+    "Kitchen": {"Cabinet": (1, 1), "CounterTop": (1, 1), "Fridge": (1, 1), "Microwave": (1, 1), "SinkBasin": (1, 1)},
+    "Bathroom": {"Cabinet": (1, 1), "CounterTop": (1, 1), "SinkBasin": (1, 1), "Toilet": (1, 1)},
+    "Bedroom": {"Bed": (1, 1), "Drawer": (1, 1), "Dresser": (1, 1), "SideTable": (1, 1)},
+    "LivingRoom": {"Sofa": (1, 1), "CoffeeTable": (1, 1), "SideTable": (1, 1), "Shelf": (1, 1)},
+}
+
+#: Task-set sizes: receptacles per room, target instances (pick_two: +1) and distractor types.
+SIZES = {
+    "standard": {"receptacles": ROOM_RECEPTACLES, "targets": (1, 2), "distractor_types": (6, 12)},
+    "small": {"receptacles": SMALL_ROOM_RECEPTACLES, "targets": (1, 1), "distractor_types": (0, 2)},
+}
+
 #: Movable objects that appear in each room (targets and distractors).
 ROOM_OBJECTS: dict[str, tuple[str, ...]] = {
     "Kitchen": ("Apple", "Bowl", "Bread", "ButterKnife", "Cup", "DishSponge", "Egg", "Fork", "Kettle", "Knife",
@@ -147,7 +162,8 @@ def _constants():
 class _SceneBuilder:
     """Builds one room (receptacles at locations, objects in receptacles) and its PDDL problem."""
 
-    def __init__(self, room: str, scene_num: int, rng: random.Random):
+    def __init__(self, room: str, scene_num: int, rng: random.Random,
+                 receptacles: dict[str, dict[str, tuple[int, int]]] = ROOM_RECEPTACLES):
         self.c = _constants()
         self.room = room
         self.scene_num = scene_num
@@ -156,7 +172,7 @@ class _SceneBuilder:
         layout_rng = random.Random(f"layout-{scene_num}")
         self._ids: set[str] = set()
         self.receptacles: list[_Entity] = []
-        for rtype, (low, high) in ROOM_RECEPTACLES[room].items():
+        for rtype, (low, high) in receptacles[room].items():
             for _ in range(layout_rng.randint(low, high)):
                 if rtype in ("SinkBasin", "BathtubBasin"):  # ALFRED names basins "Sink|x|y|z|SinkBasin"
                     rid = self._new_id(rtype.replace("Basin", ""), layout_rng, suffix=f"_bar_{rtype}")
@@ -237,17 +253,18 @@ class _SceneBuilder:
         return "\n".join(lines) + "\n"
 
 
-def _targets(task_type: str, room: str, ood: bool) -> list[tuple[str, str]]:
+def _targets(task_type: str, room: str, ood: bool,
+             receptacles: dict[str, dict[str, tuple[int, int]]] = ROOM_RECEPTACLES) -> list[tuple[str, str]]:
     """(object, parent receptacle type) pairs possible for a task in a room, split by OOD_TARGETS."""
     c = _constants()
-    parents = sorted(ROOM_RECEPTACLES[room])
+    parents = sorted(receptacles[room])
     pairs = []
     for otype in ROOM_OBJECTS[room]:
         if (otype in OOD_TARGETS) != ood:
             continue
         if task_type in TASK_TOOL:
             tool, prop = TASK_TOOL[task_type]
-            if otype not in c.VAL_ACTION_OBJECTS[prop] or tool not in ROOM_RECEPTACLES[room]:
+            if otype not in c.VAL_ACTION_OBJECTS[prop] or tool not in receptacles[room]:
                 continue
         for parent in parents:
             if task_type in TASK_TOOL and parent == TASK_TOOL[task_type][0]:
@@ -257,17 +274,19 @@ def _targets(task_type: str, room: str, ood: bool) -> list[tuple[str, str]]:
     return pairs
 
 
-def _generate_game(task_type: str, split: str, index: int) -> tuple[str, dict, dict]:
+def _generate_game(task_type: str, split: str, index: int, size: str = "standard") -> tuple[str, dict, dict]:
     """One game: returns (folder name, game.tw-pddl data, traj_data)."""
     import alfworld.gen.goal_library as glib
     from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 
     ood = split == "eval_ood"
-    rng = random.Random(f"{_SPLIT_SEEDS[split]}-{task_type}-{index}")
+    spec = SIZES[size]
+    seed_text = f"{_SPLIT_SEEDS[split]}-{task_type}-{index}"
+    rng = random.Random(seed_text if size == "standard" else f"{size}-{seed_text}")
     for _attempt in range(100):
         room = rng.choice(TASK_ROOMS[task_type])
         scene_num = rng.choice(list((UNSEEN_SCENES if ood else SEEN_SCENES)[room]))
-        scene = _SceneBuilder(room, scene_num, rng)
+        scene = _SceneBuilder(room, scene_num, rng, spec["receptacles"])
         if task_type == "look_at_obj_in_light":
             if not any(r.type in LAMP_STANDS for r in scene.receptacles):
                 continue
@@ -276,7 +295,7 @@ def _generate_game(task_type: str, split: str, index: int) -> tuple[str, dict, d
                 continue
             obj, parent = rng.choice(candidates), ""
         else:
-            pairs = [(o, p) for o, p in _targets(task_type, room, ood)
+            pairs = [(o, p) for o, p in _targets(task_type, room, ood, spec["receptacles"])
                      if scene.receptacles_of(p) and scene.holders(o, exclude=(p,))]
             if task_type in TASK_TOOL:
                 pairs = [(o, p) for o, p in pairs if scene.receptacles_of(TASK_TOOL[task_type][0])]
@@ -291,11 +310,11 @@ def _generate_game(task_type: str, split: str, index: int) -> tuple[str, dict, d
     if task_type == "look_at_obj_in_light":
         toggle = scene.place_lamp()
     # Target instances, never already in the goal receptacle type (the goal must not hold at the start).
-    n_targets = rng.randint(2, 3) if task_type == "pick_two_obj_and_place" else rng.randint(1, 2)
+    n_targets = rng.randint(*spec["targets"]) + (task_type == "pick_two_obj_and_place")
     for _ in range(n_targets):
         scene.place(obj, exclude=(parent,) if parent else ())
     distractors = [o for o in ROOM_OBJECTS[room] if o != obj and scene.holders(o, exclude=(parent,) if parent else ())]
-    for otype in rng.sample(distractors, k=min(len(distractors), rng.randint(6, 12))):
+    for otype in rng.sample(distractors, k=min(len(distractors), rng.randint(*spec["distractor_types"]))):
         for _ in range(rng.randint(1, 2)):
             scene.place(otype, exclude=(parent,) if parent else ())
 
@@ -314,14 +333,22 @@ def _generate_game(task_type: str, split: str, index: int) -> tuple[str, dict, d
                         "mrecep_target": "", "object_sliced": False},
         "scene": {"floor_plan": f"FloorPlan{scene_num}", "scene_num": scene_num, "room_type": room},
         "turk_annotations": {"anns": [{"task_desc": task_desc + ".", "high_descs": []}]},
-        "milegpo": {"generator_version": GENERATOR_VERSION, "split": split, "index": index},
+        "milegpo": {"generator_version": GENERATOR_VERSION, "split": split, "index": index, "size": size},
     }
     folder = f"{task_type}-{obj}-None-{parent or toggle}-{scene_num}"
     return f"{folder}/{trial}", game, traj
 
 
-def generate_task_set(root: str | os.PathLike, games_per_type: dict[str, int] | None = None) -> Path:
-    """Write the task set under ``root/<split>/...`` (overwrites files of the same name)."""
+def generate_task_set(root: str | os.PathLike, games_per_type: dict[str, int] | None = None,
+                      size: str = "standard") -> Path:
+    """Write the task set under ``root/<split>/...`` (overwrites files of the same name).
+
+    ``size``: ``"standard"`` (ALFRED-like rooms: 10-20 receptacles, 6-12 distractor types) or
+    ``"small"`` (4-5 receptacles, 0-2 distractor types, one target instance): short plans
+    that an untrained agent sometimes completes, for learning curves on a CPU.
+    """
+    if size not in SIZES:
+        raise ValueError(f"unknown ALFWorld task-set size {size!r}; use one of {sorted(SIZES)}")
     root = Path(root)
     games_per_type = dict(DEFAULT_GAMES_PER_TYPE if games_per_type is None else games_per_type)
     for split, count in games_per_type.items():
@@ -329,7 +356,7 @@ def generate_task_set(root: str | os.PathLike, games_per_type: dict[str, int] | 
             raise ValueError(f"unknown split {split!r}; expected one of {sorted(_SPLIT_SEEDS)}")
         for task_type in TASK_TYPES:
             for index in range(count):
-                rel, game, traj = _generate_game(task_type, split, index)
+                rel, game, traj = _generate_game(task_type, split, index, size)
                 folder = root / split / rel
                 folder.mkdir(parents=True, exist_ok=True)
                 (folder / "game.tw-pddl").write_text(json.dumps(game))
@@ -342,22 +369,25 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("MILEGPO_CACHE", Path.home() / ".cache" / "milegpo")).expanduser()
 
 
-def ensure_task_set(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Return the folder of the default generated task set, generating it on first use.
+def ensure_task_set(cache_dir: str | os.PathLike | None = None, size: str = "standard") -> Path:
+    """Return the folder of a generated task set (see :func:`generate_task_set`), generating it on first use.
 
     Generation writes into a temporary folder next to the target and renames it
     into place, so concurrent first uses (e.g. several env workers) never see a
     half-written task set: the first rename wins and the others discard theirs.
     """
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = base / "alfworld" / f"generated-v{GENERATOR_VERSION}"
+    if size not in SIZES:
+        raise ValueError(f"unknown ALFWorld task-set size {size!r}; use one of {sorted(SIZES)}")
+    name = f"generated-v{GENERATOR_VERSION}" if size == "standard" else f"generated-{size}-v{GENERATOR_VERSION}"
+    target = base / "alfworld" / name
     if (target / "COMPLETE").exists():
         return target
     base_dir = target.parent
     base_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".generating-", dir=base_dir))
     try:
-        generate_task_set(tmp)
+        generate_task_set(tmp, size=size)
         (tmp / "COMPLETE").write_text(f"milegpo ALFWorld task set, generator version {GENERATOR_VERSION}\n")
         try:
             os.rename(tmp, target)
