@@ -21,10 +21,16 @@ class CreditConfig:
     :param norm: ``"mean_std_norm"`` (subtract the group mean, divide by the group's
         unbiased std + ``epsilon``) or ``"mean_norm"`` (subtract the mean only).
     :param epsilon: added to the std in ``"mean_std_norm"``.
+    :param upstream_exact: reproduce verl-agent's conventions where ours deliberately
+        differ (see :func:`milegpo.algos.credit.norm.episode_scores`): the episode
+        statistics are taken over step rows (a long trajectory weighs more), and the
+        invalid-action penalty is subtracted from that step's return and from that
+        row's episode score instead of being one more reward. Default False (ours).
     """
 
     norm: str = "mean_std_norm"
     epsilon: float = 1e-6
+    upstream_exact: bool = False
 
     def __post_init__(self) -> None:
         check_norm(self.norm)

@@ -7,7 +7,7 @@ r"""GiGPO (arXiv 2505.10978): episode advantage + anchor-state step advantage (D
 :math:`\text{Norm}_{q,s_t}` normalises among all steps of task ``q`` taken from the same
 state key :math:`s_t` (the "anchor state" step group; a singleton group gets 0).
 
-Upstream quirks, decided **(ours)**:
+Upstream quirks, decided **(ours)** (``upstream_exact=True`` restores verl-agent's):
 
 * the episode statistics are computed once per trajectory, not over step rows;
 * the invalid-action penalty is part of :math:`r_t` and is discounted into the
@@ -19,6 +19,7 @@ Upstream quirks, decided **(ours)**:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,7 @@ from milegpo.algos.credit.base import (CreditConfig, check_nonnegative, check_un
                                        step_group_diagnostics)
 from milegpo.algos.credit.batch import CreditResult, StepBatch
 from milegpo.algos.credit.graph import TaskGraph, build_task_graph, segment_starts, trajectory_order
-from milegpo.algos.credit.norm import episode_term, group_normalize
+from milegpo.algos.credit.norm import episode_scores, group_normalize, invalid_penalties
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,12 @@ def gigpo(batch: StepBatch, config: GiGPOConfig | None = None, graph: TaskGraph 
     """GiGPO credit for every step row of ``batch``."""
     config = config or GiGPOConfig()
     graph = graph or build_task_graph(batch)
-    episode = episode_term(graph, batch.outcomes, config.norm, config.epsilon)[batch.traj_ids]
-    returns = discounted_returns(batch, config.gamma)
+    episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
+    if config.upstream_exact:  # verl-agent: penalties are not discounted, each hits its own step
+        env_rewards, penalties = invalid_penalties(batch)
+        returns = discounted_returns(dataclasses.replace(batch, rewards=env_rewards), config.gamma) - penalties
+    else:
+        returns = discounted_returns(batch, config.gamma)
     step = group_normalize(returns, graph.row_src, graph.num_nodes, config.norm, config.epsilon)
     adv = config.w_step * step + config.w_episode * episode
     diagnostics = {"method": "gigpo", **common_diagnostics(graph, adv, episode), **step_group_diagnostics(graph)}

@@ -9,6 +9,12 @@ r"""GraphGPO (Cheng et al., 2026): distance-to-goal step returns on the task gra
 max finite distance + 1). The last step of a successful trajectory enters :math:`g`
 (:math:`d = 0`, :math:`r^G = c`). Invalid actions are ordinary rows: their
 :math:`s_{t+1} = s_t`, so they score like staying put.
+
+``upstream_exact=True`` (verl-agent's conventions, see :class:`~milegpo.algos.credit.base.CreditConfig`)
+also subtracts the invalid-action penalty from that step's :math:`r^G_t` and takes the
+episode statistics over step rows. The GraphGPO authors' ALFWorld runs use
+:math:`\gamma_G = 0.1`; our default is 0.2 (the MileGPO paper's): pass ``gamma_g=0.1``
+to reproduce their baseline numbers.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from milegpo.algos.credit.base import (CreditConfig, check_nonnegative, check_un
                                        step_group_diagnostics)
 from milegpo.algos.credit.batch import CreditResult, StepBatch
 from milegpo.algos.credit.graph import TaskGraph, build_task_graph
-from milegpo.algos.credit.norm import episode_term, group_normalize
+from milegpo.algos.credit.norm import episode_scores, group_normalize, invalid_penalties
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,10 @@ def graphgpo(batch: StepBatch, config: GraphGPOConfig | None = None, graph: Task
     """GraphGPO credit for every step row of ``batch``."""
     config = config or GraphGPOConfig()
     graph = graph or build_task_graph(batch, batch.success_mask(config.success_threshold))
-    episode = episode_term(graph, batch.outcomes, config.norm, config.epsilon)[batch.traj_ids]
+    episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
     r_g = graph_step_returns(graph, config.c, config.gamma_g)
+    if config.upstream_exact:
+        r_g = r_g - invalid_penalties(batch)[1]
     a_g = group_normalize(r_g, graph.row_src, graph.num_nodes, config.norm, config.epsilon)
     adv = config.w_step * a_g + config.w_episode * episode
     diagnostics = {"method": "graphgpo", **common_diagnostics(graph, adv, episode), **step_group_diagnostics(graph),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from milegpo.algos.credit.base import CreditConfig, common_diagnostics
 from milegpo.algos.credit.batch import CreditResult, StepBatch
 from milegpo.algos.credit.graph import TaskGraph, build_task_graph
-from milegpo.algos.credit.norm import episode_term
+from milegpo.algos.credit.norm import episode_scores
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,6 @@ def grpo(batch: StepBatch, config: GRPOConfig | None = None, graph: TaskGraph | 
     """GRPO credit: the task-normalised outcome of each step's trajectory."""
     config = config or GRPOConfig()
     graph = graph or build_task_graph(batch)
-    episode = episode_term(graph, batch.outcomes, config.norm, config.epsilon)[batch.traj_ids]
+    episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
     diagnostics = {"method": "grpo", **common_diagnostics(graph, episode, episode)}
     return CreditResult(advantages=episode.copy(), diagnostics=diagnostics, components={"episode": episode})

@@ -83,6 +83,22 @@ re-score and is off too), ``pcc=False`` (:math:`\Phi^+ = \Phi_R^+`), ``bcc=False
 (:math:`b \equiv 0`), ``local_progress=False`` (:math:`\bar\psi \equiv 0` and
 :math:`\tilde\psi > 0` keeps nothing), ``traps=False`` (:math:`\delta^- \equiv 0`),
 ``eta=0`` (GraphGPO).
+
+**Options beyond the paper (ours, off by default; measured in
+``benchmarks/credit_quality.py``):**
+
+* ``relative_residual`` - the residual is computed on the scale-free return
+  :math:`c\,\gamma_G^{d(s_{t+1}, g) - d(s_t, g)}` (the GraphGPO return divided by its
+  value at :math:`s_t`: the same order inside a step group) instead of
+  :math:`c\,\gamma_G^{d(s_{t+1}, g)}`, so the shaping weighs the same against one step of
+  progress near the goal and far from it (far from it, the paper's residual lets the
+  shaping override the distance order);
+* ``signed_traps`` - :math:`\delta^-_t` without the :math:`\max(\cdot, 0)`: leaving a trap's
+  neighbourhood is credited, not only entering it punished;
+* ``traps_need_dead_end`` - trap candidates are limited to states that cannot reach the
+  goal in the task graph;
+* ``shape_failed_tasks=False`` - no shaping in tasks without a success (GraphGPO gives
+  their steps no step-level contrast; the paper's traps still do).
 """
 
 from __future__ import annotations
@@ -98,7 +114,7 @@ from milegpo.algos.credit.batch import CreditResult, StepBatch
 from milegpo.algos.credit.diagnostics import describe_state, tie_statistics
 from milegpo.algos.credit.graph import TaskGraph, build_task_graph
 from milegpo.algos.credit.graphgpo import GraphGPOConfig, graph_diagnostics, graph_step_returns
-from milegpo.algos.credit.norm import episode_term, group_normalize
+from milegpo.algos.credit.norm import episode_scores, group_normalize, invalid_penalties
 
 _PRESETS: dict[str, dict[str, Any]] = {
     "alfworld": {"theta_m": 1.1, "rho": 0.0, "eta": 0.20, "kappa_bc": 0},
@@ -139,6 +155,10 @@ class MileGPOConfig(GraphGPOConfig):
     :param bcc: branch-counterfactual credit inside PCC.
     :param local_progress: local progress inside PCC.
     :param traps: trap potential :math:`\\delta^-`.
+    :param relative_residual: **(ours)** residual on the scale-free return (see the module doc).
+    :param signed_traps: **(ours)** trap increments without the positive part.
+    :param traps_need_dead_end: **(ours)** only states that cannot reach the goal become traps.
+    :param shape_failed_tasks: ``False`` **(ours)**: no shaping in tasks without a success.
     :param diagnostics_top_k: milestones / traps per task listed in the diagnostics.
     """
 
@@ -167,6 +187,10 @@ class MileGPOConfig(GraphGPOConfig):
     bcc: bool = True
     local_progress: bool = True
     traps: bool = True
+    relative_residual: bool = False
+    signed_traps: bool = False
+    traps_need_dead_end: bool = False
+    shape_failed_tasks: bool = True
     diagnostics_top_k: int = 3
 
     def __post_init__(self) -> None:
@@ -175,6 +199,8 @@ class MileGPOConfig(GraphGPOConfig):
         check_nonnegative(self, ("gamma_phi", "lam", "w_plus", "w_minus", "w_s", "w_m", "w_c", "w_f", "w_l",
                                  "alpha_d", "alpha_s", "alpha_f", "w_bc", "w_pg", "w_pcc", "theta_m", "rho",
                                  "eta", "kappa_bc", "diagnostics_top_k"))
+        if self.relative_residual and self.gamma_g == 0:
+            raise ValueError("relative_residual needs gamma_g > 0 (it divides by gamma_g ** d(s_t))")
 
     @classmethod
     def preset(cls, env: str, **overrides: Any) -> MileGPOConfig:
@@ -241,6 +267,8 @@ def milestone_evidence(graph: TaskGraph, config: MileGPOConfig) -> MilestoneEvid
     score0 = np.where(milestone, cfg.w_s * lift + cfg.w_m * coverage + cfg.w_c * centrality, 0.0)
 
     trap = eligible & (graph.node_n_succ == 0) & (graph.node_n_traj > 0) & ((n_fail >= 2) | (graph.node_n_revisit > 0))
+    if cfg.traps_need_dead_end:
+        trap &= ~graph.reaches_goal
     excess_fail = np.maximum((1.0 - p_v) - (1.0 - p_q[nt]), 0.0)
     fail_cov = n_fail / np.maximum(task_n_fail[nt], 1)
     revisit = graph.node_n_revisit / np.maximum(graph.node_n_traj, 1)
@@ -300,14 +328,28 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
     ev = milestone_evidence(graph, cfg)
     src, dst = graph.row_src, graph.row_dst
     delta_plus = np.maximum(cfg.gamma_phi * cfg.w_plus * ev.phi_plus[dst] - cfg.w_plus * ev.phi_plus[src], 0.0)
-    delta_minus = np.maximum(cfg.gamma_phi * cfg.w_minus * ev.phi_minus[dst] - cfg.w_minus * ev.phi_minus[src], 0.0)
+    delta_minus = cfg.gamma_phi * cfg.w_minus * ev.phi_minus[dst] - cfg.w_minus * ev.phi_minus[src]
+    if not cfg.signed_traps:
+        delta_minus = np.maximum(delta_minus, 0.0)
     shaping = cfg.c * cfg.lam * (delta_plus - delta_minus)
+    if not cfg.shape_failed_tasks:
+        shaping = np.where(graph.task_n_succ[graph.row_task] > 0, shaping, 0.0)
     r_g = graph_step_returns(graph, cfg.c, cfg.gamma_g)
+    if cfg.upstream_exact:
+        r_g = r_g - invalid_penalties(batch)[1]
     r_m = r_g + shaping
     a_g = group_normalize(r_g, src, graph.num_nodes, cfg.norm, cfg.epsilon)
-    a_mix = group_normalize(r_m, src, graph.num_nodes, cfg.norm, cfg.epsilon)
-    a_res = a_mix - a_g
-    episode = episode_term(graph, batch.outcomes, cfg.norm, cfg.epsilon)[batch.traj_ids]
+    if cfg.relative_residual:  # the same order inside each step group, on a scale that does not vanish
+        d = graph.dist_to_goal
+        r_rel = cfg.c * cfg.gamma_g ** (d[dst] - d[src])
+        if cfg.upstream_exact:
+            r_rel = r_rel - invalid_penalties(batch)[1]
+        a_mix = group_normalize(r_rel + shaping, src, graph.num_nodes, cfg.norm, cfg.epsilon)
+        a_res = a_mix - group_normalize(r_rel, src, graph.num_nodes, cfg.norm, cfg.epsilon)
+    else:
+        a_mix = group_normalize(r_m, src, graph.num_nodes, cfg.norm, cfg.epsilon)
+        a_res = a_mix - a_g
+    episode = episode_scores(batch, graph, cfg.norm, cfg.epsilon, cfg.upstream_exact)
     adv = cfg.w_step * (a_g + cfg.eta * a_res) + cfg.w_episode * episode
 
     diagnostics = {

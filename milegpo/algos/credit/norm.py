@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from milegpo.algos.credit.batch import StepBatch
 from milegpo.algos.credit.graph import TaskGraph
 
 NORM_MODES = ("mean_std_norm", "mean_norm")
@@ -52,3 +53,35 @@ def episode_term(graph: TaskGraph, outcomes: np.ndarray, norm: str, epsilon: flo
     z = np.zeros(len(outcomes))
     z[present] = group_normalize(outcomes[present], graph.traj_task[present], graph.num_tasks, norm, epsilon)
     return z
+
+
+def invalid_penalties(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Split each row's reward into (env reward, invalid-action penalty).
+
+    An invalid action never reaches the engine, so its whole reward is the
+    penalty: ``rewards = env_rewards - penalties``.
+    """
+    penalties = np.where(batch.valid, 0.0, -batch.rewards)
+    return batch.rewards + penalties, penalties
+
+
+def upstream_episode_term(batch: StepBatch, graph: TaskGraph, norm: str, epsilon: float) -> np.ndarray:
+    r"""(N,) verl-agent's episode term: :math:`\text{Norm}_q` of each *row's* score, over the task's rows.
+
+    A row's score is its trajectory's env reward sum (penalties left out) minus the
+    invalid-action penalty of that row, as verl-agent applies the penalty to the
+    row's reward before the episode normalisation (its statistics count every step
+    row, so longer trajectories weigh more).
+    """
+    env_rewards, penalties = invalid_penalties(batch)
+    traj_env_return = np.bincount(batch.traj_ids, weights=env_rewards, minlength=batch.num_trajectories)
+    scores = traj_env_return[batch.traj_ids] - penalties
+    return group_normalize(scores, graph.row_task, graph.num_tasks, norm, epsilon)
+
+
+def episode_scores(batch: StepBatch, graph: TaskGraph, norm: str, epsilon: float, upstream_exact: bool) -> np.ndarray:
+    """(N,) the episode term of every row: ours (:func:`episode_term` of ``batch.outcomes``) or
+    verl-agent's (:func:`upstream_episode_term`)."""
+    if upstream_exact:
+        return upstream_episode_term(batch, graph, norm, epsilon)
+    return episode_term(graph, batch.outcomes, norm, epsilon)[batch.traj_ids]
