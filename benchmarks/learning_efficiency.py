@@ -97,27 +97,69 @@ def _speed(progress_csv: Path) -> dict:
     return out
 
 
-def area_under_curve(curve: list[dict], budget: int) -> float:
-    """Mean held-out success over [0, budget] env steps (trapezoids between the eval points;
+def area_under_curve(curve: list[dict], budget: int, key: str = "success_rate") -> float:
+    """Mean held-out ``key`` over [0, budget] env steps (trapezoids between the eval points;
     the curve is held flat from its last point before the budget to the budget)."""
-    points = [(p["num_timesteps"], p["success_rate"]) for p in curve if p["num_timesteps"] <= budget]
+    points = [(p["num_timesteps"], p[key]) for p in curve if p["num_timesteps"] <= budget and p.get(key) is not None]
     if not points:
         return float("nan")
     steps, values = (np.array(column, dtype=float) for column in zip(*points, (budget, points[-1][1])))
     return float(np.trapezoid(values, steps) / budget)
 
 
+#: Two-sided 95% quantiles of Student's t by degrees of freedom (normal beyond 30).
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t_quantile(df: int) -> float:
+    return T_975[max(k for k in T_975 if k <= df)] if df <= 30 else 1.96
+
+
+def paired_difference(values: list[float], baseline: list[float]) -> dict:
+    """Mean of the per-seed differences and its 95% t confidence interval."""
+    diff = np.asarray(values, dtype=float) - np.asarray(baseline, dtype=float)
+    mean = float(diff.mean())
+    half = t_quantile(len(diff) - 1) * float(diff.std(ddof=1)) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+    return {"mean": mean, "ci95": [mean - half, mean + half], "n": int(len(diff)),
+            "wins": int((diff > 0).sum()), "losses": int((diff < 0).sum())}
+
+
+def run_metrics(run: dict) -> dict[str, float]:
+    """The per-run numbers the table compares: AUC and final success per split (and score where there is one)."""
+    out = {"auc": area_under_curve(run["curve"], run["budget"])}
+    out.update({f"final {split}": value for split, value in run["final"].items()})
+    if any(p.get("mean_score") is not None for p in run["curve"]) and run["env"] == "webshop":
+        out["auc score"] = area_under_curve(run["curve"], run["budget"], "mean_score")
+        out.update({f"final score {split}": value for split, value in run.get("final_score", {}).items()})
+    return out
+
+
 def summarize(runs: list[dict]) -> dict:
+    """Per env: mean ± std of every metric per algorithm, and MileGPO minus each other
+    algorithm as paired (same seed) differences with 95% CIs, over the seeds all have."""
     table: dict = {}
     for env in sorted({r["env"] for r in runs}):
-        for algo in CREDIT_METHODS:
-            group = [r for r in runs if r["env"] == env and r["algo"] == algo]
-            if not group:
-                continue
-            row = {"n_seeds": len(group), "auc": _mean_std([area_under_curve(r["curve"], r["budget"]) for r in group])}
-            for split in group[0]["final"]:
-                row[split] = _mean_std([r["final"][split] for r in group])
-            table.setdefault(env, {})[algo] = row
+        by_algo = {algo: {r["seed"]: run_metrics(r) for r in runs if r["env"] == env and r["algo"] == algo}
+                   for algo in CREDIT_METHODS}
+        by_algo = {algo: seeds for algo, seeds in by_algo.items() if seeds}
+        rows = {}
+        for algo, seeds in by_algo.items():
+            metrics = next(iter(seeds.values())).keys()
+            rows[algo] = {"n_seeds": len(seeds),
+                          **{m: _mean_std([seeds[s][m] for s in sorted(seeds)]) for m in metrics}}
+        paired = {}
+        if "milegpo" in by_algo:
+            for algo, seeds in by_algo.items():
+                if algo == "milegpo":
+                    continue
+                common = sorted(set(seeds) & set(by_algo["milegpo"]))
+                if len(common) < 2:
+                    continue
+                metrics = next(iter(seeds.values())).keys()
+                paired[algo] = {m: paired_difference([by_algo["milegpo"][s][m] for s in common],
+                                                     [seeds[s][m] for s in common]) for m in metrics}
+        table[env] = {"algorithms": rows, "milegpo_minus": paired}
     return table
 
 
@@ -127,44 +169,55 @@ def _mean_std(values: list[float]) -> dict:
 
 def write_table(table: dict, path: Path) -> None:
     lines = []
-    for env, rows in table.items():
-        splits = [k for k in next(iter(rows.values())) if k not in ("n_seeds", "auc")]
-        lines += [f"**{env}** ({ENVS[env]['env']})", "",
-                  "| algorithm | seeds | " + " | ".join(f"final success {s}" for s in splits) + " | AUC (eval_id) |",
-                  "|---|---|" + "---|" * (len(splits) + 1)]
+    for env, entry in table.items():
+        rows = entry["algorithms"]
+        metrics = [k for k in next(iter(rows.values())) if k != "n_seeds"]
+        lines += [f"**{env}** ({ENVS[env]['env']}; held-out success, mean ± std over seeds)", "",
+                  "| algorithm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
         for algo, row in rows.items():
-            cells = [f"{row[s]['mean']:.3f} ± {row[s]['std']:.3f}" for s in splits]
-            lines.append(f"| {METHOD_LABELS[algo]} | {row['n_seeds']} | " + " | ".join(cells)
-                         + f" | {row['auc']['mean']:.3f} ± {row['auc']['std']:.3f} |")
+            lines.append(f"| {METHOD_LABELS[algo]} | {row['n_seeds']} | "
+                         + " | ".join(f"{row[m]['mean']:.3f} ± {row[m]['std']:.3f}" for m in metrics) + " |")
+        if entry["milegpo_minus"]:
+            lines += ["", "| MileGPO − | " + " | ".join(f"Δ {m} [95% CI] (wins/losses)" for m in metrics) + " |",
+                      "|---|" + "---|" * len(metrics)]
+            for algo, diffs in entry["milegpo_minus"].items():
+                cells = [f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['wins']}/{d['losses']})"
+                         for d in (diffs[m] for m in metrics)]
+                lines.append(f"| {METHOD_LABELS[algo]} (n={diffs[metrics[0]]['n']}) | " + " | ".join(cells) + " |")
         lines.append("")
     path.write_text("\n".join(lines))
 
 
 def plot(runs: list[dict], path: Path) -> None:
+    """Held-out success against env steps per env (mean ± std over seeds); WebShop's score too."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = sorted({r["env"] for r in runs})
-    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False)
-    for ax, env in zip(axes[0], envs):
+    panels = [(env, "success_rate") for env in sorted({r["env"] for r in runs})]
+    panels += [(env, "mean_score") for env, _ in panels if env == "webshop"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (env, key) in zip(axes[0], panels):
+        n_seeds = 0
         for algo in CREDIT_METHODS:
             group = [r for r in runs if r["env"] == env and r["algo"] == algo and r["curve"]]
             if not group:
                 continue
+            n_seeds = max(n_seeds, len(group))
             length = min(len(r["curve"]) for r in group)
             steps = np.mean([[p["num_timesteps"] for p in r["curve"][:length]] for r in group], axis=0)
-            values = np.array([[p["success_rate"] for p in r["curve"][:length]] for r in group])
+            values = np.array([[p[key] for p in r["curve"][:length]] for r in group], dtype=float)
             mean, std = values.mean(axis=0), values.std(axis=0)
             ax.plot(steps, mean, label=METHOD_LABELS[algo], marker="o", markersize=3)
             ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
-        ax.set_title(f"{ENVS[env]['env']} (held-out eval_id, {len(group)} seeds)")
+        split = ENVS[env]["eval_splits"][0]
+        ax.set_title(f"{ENVS[env]['env']}\n(held-out {split}, {n_seeds} seeds)", fontsize=10)
         ax.set_xlabel("env steps")
-        ax.set_ylabel("success rate")
-        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("success rate" if key == "success_rate" else "mean score")
+        ax.set_ylim(bottom=-0.02)
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

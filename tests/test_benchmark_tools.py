@@ -1,0 +1,101 @@
+"""The benchmark scripts' own logic: paired CIs, curve areas, ground-truth trackers, one small run."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import credit_quality  # noqa: E402
+import ground_truth  # noqa: E402
+import learning_efficiency  # noqa: E402
+
+
+def test_paired_difference_by_hand():
+    # Differences 1, 2, 3: mean 2, sd 1, t(0.975, 2 df) = 4.303 -> half-width 4.303 / sqrt(3).
+    d = learning_efficiency.paired_difference([2, 4, 6], [1, 2, 3])
+    assert d["mean"] == pytest.approx(2.0)
+    assert d["ci95"] == pytest.approx([2 - 4.303 / np.sqrt(3), 2 + 4.303 / np.sqrt(3)])
+    assert (d["n"], d["wins"], d["losses"]) == (3, 3, 0)
+
+
+def test_area_under_curve_holds_the_last_point_to_the_budget():
+    curve = [{"num_timesteps": 0, "success_rate": 0.0}, {"num_timesteps": 50, "success_rate": 1.0}]
+    # Trapezoid 0..50 (area 25) + flat 1.0 over 50..100 (area 50) = 75 / 100.
+    assert learning_efficiency.area_under_curve(curve, 100) == pytest.approx(0.75)
+
+
+def test_pairwise_metrics_by_hand():
+    progress = np.array([1.0, -1.0, 0.0])
+    pairs = (np.array([0, 0]), np.array([1, 2]))
+    right = np.array([2.0, -1.0, 0.0])  # orders both pairs right
+    assert credit_quality.pairwise_accuracy(right, progress, pairs) == 1.0
+    assert credit_quality.weighted_agreement(right, progress, pairs) == pytest.approx(1.0)
+    tied = np.zeros(3)
+    assert credit_quality.pairwise_accuracy(tied, progress, pairs) == 0.5
+
+
+@pytest.mark.parametrize("name,tasks", [("coin", 4), ("webshop", 15), ("house", 4)])
+def test_ground_truth_distance_is_consistent_along_random_walks(name, tasks):
+    """One step can gain at most one step of distance; a win is distance 0 and only a win is."""
+    env, factory = ground_truth.make(name)
+    rng = random.Random(0)
+    for task in range(tasks):
+        tracker = factory(env, task)
+        for _ in range(3):
+            _, info = env.reset(seed=task)
+            tracker.observe(None, info)
+            d, done = tracker.distance(info), False
+            assert d is not None and d > 0
+            while not done:
+                action = rng.choice(info["admissible_commands"])
+                _, _, terminated, truncated, info = env.step(action)
+                tracker.observe(action, info)
+                done = terminated or truncated
+                d_next = tracker.distance(info)
+                if d_next is not None and d is not None:
+                    assert d_next >= d - 1, (action, d, d_next)
+                assert (d_next == 0) == bool(info.get("won"))
+                d = d_next
+
+
+def test_coin_distance_at_the_start_is_at_most_the_gold_path():
+    env, factory = ground_truth.make("coin")
+    gold_env = ground_truth.make_env(ground_truth.ENVS["coin"][0], gold_path=True, **ground_truth.ENVS["coin"][1])
+    for task in range(5):
+        _, gold = gold_env.reset(seed=task)
+        _, info = env.reset(seed=task)
+        tracker = factory(env, task)
+        _, info = env.reset(seed=task)
+        tracker.observe(None, info)
+        useful = [a for a in gold["gold_actions"] if a != "look around"]
+        assert 1 <= tracker.distance(info) <= len(useful)
+
+
+def test_a_small_learning_run_is_recorded_and_tabulated(tmp_path):
+    """The learning benchmark's pipeline on WebShop (one short MileGPO run and one GraphGPO run)."""
+    runs = []
+    for algo in ("graphgpo", "milegpo"):
+        config = {**json.loads((Path(learning_efficiency.ROOT) / "learning_efficiency.json").read_text()),
+                  **learning_efficiency.ENVS["webshop"], "algo": algo, "seed": 0, "total_timesteps": 100,
+                  "n_tasks": 2, "group_size": 4, "n_eval_tasks": 3, "eval_copies": 1, "eval_freq": 1}
+        if algo != "milegpo":
+            config.pop("credit_preset")
+        runs.append(learning_efficiency.run_one({"env": "webshop", "config": config,
+                                                 "run_dir": str(tmp_path / algo)}))
+    run = runs[1]
+    assert run["curve"][0]["num_timesteps"] == 0 and run["curve"][-1]["num_timesteps"] >= 100
+    assert set(run["final"]) == {"eval"} and set(run["final_score"]) == {"eval"} and run["budget"] == 100
+    runs.append({**runs[0], "seed": 1})  # a second seed, so the paired difference has a CI
+    runs.append({**runs[1], "seed": 1})
+    table = learning_efficiency.summarize(runs)
+    diff = table["webshop"]["milegpo_minus"]["graphgpo"]["final eval"]
+    assert diff["n"] == 2 and diff["mean"] == pytest.approx(run["final"]["eval"] - runs[0]["final"]["eval"])
+    learning_efficiency.write_table(table, tmp_path / "table.md")
+    assert "MileGPO −" in (tmp_path / "table.md").read_text()
