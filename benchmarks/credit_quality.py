@@ -72,6 +72,8 @@ VARIANTS = [
     ("MileGPO + all four (ours)", "milegpo", dict(OURS)),
     ("MileGPO + relative residual + dead-end traps (ours)", "milegpo",
      {"relative_residual": True, "traps_need_dead_end": True}),
+    ("MileGPO + residual on GraphGPO ties only (ours)", "milegpo", {"residual_on_ties_only": True}),
+    ("MileGPO + ties only + signed traps (ours)", "milegpo", {"residual_on_ties_only": True, "signed_traps": True}),
 ]
 PRESET = {"webshop": "webshop"}  # MileGPO's per-env preset; the others use the ALFWorld (default) one
 

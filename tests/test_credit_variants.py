@@ -63,8 +63,19 @@ def test_relative_residual_by_hand():
                                           + res.components["episode"][rows])
 
 
-@pytest.mark.parametrize("option", ["relative_residual", "signed_traps", "traps_need_dead_end"])
+@pytest.mark.parametrize("option", ["relative_residual", "signed_traps", "traps_need_dead_end", "residual_on_ties_only"])
 def test_eta_zero_is_still_graphgpo(option):
     batch = StepBatch.from_trajectories(TRAJ, SUCCESS)
     graph = compute_credit("graphgpo", batch).advantages
     assert compute_credit("milegpo", batch, {option: True, "eta": 0.0}).advantages == approx(graph)
+
+
+def test_residual_on_ties_only_leaves_contrasted_groups_to_graphgpo():
+    # s0's group reaches d 2, 2, 4, 2 (GraphGPO contrasts it): no residual. b's group (b->b twice,
+    # b->c: all d 4) and m's group (both enter g) are GraphGPO ties: the residual stays. With signed
+    # traps b->c is shaped +0.625 while b->b is not, so b's group has a residual to keep.
+    paper, ours = credit(signed_traps=True), credit(signed_traps=True, residual_on_ties_only=True)
+    contrasted, tied = [0, 3, 6, 9, 1, 10], [7, 8, 11, 2, 5]
+    assert not np.any(ours.components["A_res"][contrasted])
+    assert ours.components["A_res"][tied] == approx(paper.components["A_res"][tied])
+    assert np.any(paper.components["A_res"][tied] != 0)

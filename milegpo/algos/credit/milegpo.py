@@ -98,7 +98,10 @@ re-score and is off too), ``pcc=False`` (:math:`\Phi^+ = \Phi_R^+`), ``bcc=False
 * ``traps_need_dead_end`` - trap candidates are limited to states that cannot reach the
   goal in the task graph;
 * ``shape_failed_tasks=False`` - no shaping in tasks without a success (GraphGPO gives
-  their steps no step-level contrast; the paper's traps still do).
+  their steps no step-level contrast; the paper's traps still do);
+* ``residual_on_ties_only`` - the residual only enters step groups in which GraphGPO
+  has no contrast (every step of the group reaches the same distance to the goal):
+  MileGPO then breaks GraphGPO's ties and never reorders what the distance already orders.
 """
 
 from __future__ import annotations
@@ -159,6 +162,7 @@ class MileGPOConfig(GraphGPOConfig):
     :param signed_traps: **(ours)** trap increments without the positive part.
     :param traps_need_dead_end: **(ours)** only states that cannot reach the goal become traps.
     :param shape_failed_tasks: ``False`` **(ours)**: no shaping in tasks without a success.
+    :param residual_on_ties_only: **(ours)** the residual only in step groups GraphGPO cannot tell apart.
     :param diagnostics_top_k: milestones / traps per task listed in the diagnostics.
     """
 
@@ -191,6 +195,7 @@ class MileGPOConfig(GraphGPOConfig):
     signed_traps: bool = False
     traps_need_dead_end: bool = False
     shape_failed_tasks: bool = True
+    residual_on_ties_only: bool = False
     diagnostics_top_k: int = 3
 
     def __post_init__(self) -> None:
@@ -349,6 +354,12 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
     else:
         a_mix = group_normalize(r_m, src, graph.num_nodes, cfg.norm, cfg.epsilon)
         a_res = a_mix - a_g
+    if cfg.residual_on_ties_only:
+        d_next = graph.dist_to_goal[dst]
+        low, high = np.full(graph.num_nodes, np.inf), np.full(graph.num_nodes, -np.inf)
+        np.minimum.at(low, src, d_next)
+        np.maximum.at(high, src, d_next)
+        a_res = np.where(low[src] == high[src], a_res, 0.0)
     episode = episode_scores(batch, graph, cfg.norm, cfg.epsilon, cfg.upstream_exact)
     adv = cfg.w_step * (a_g + cfg.eta * a_res) + cfg.w_episode * episode
 
