@@ -83,25 +83,6 @@ re-score and is off too), ``pcc=False`` (:math:`\Phi^+ = \Phi_R^+`), ``bcc=False
 (:math:`b \equiv 0`), ``local_progress=False`` (:math:`\bar\psi \equiv 0` and
 :math:`\tilde\psi > 0` keeps nothing), ``traps=False`` (:math:`\delta^- \equiv 0`),
 ``eta=0`` (GraphGPO).
-
-**Options beyond the paper (ours, off by default; measured in
-``benchmarks/credit_quality.py``):**
-
-* ``relative_residual`` - the residual is computed on the scale-free return
-  :math:`c\,\gamma_G^{d(s_{t+1}, g) - d(s_t, g)}` (the GraphGPO return divided by its
-  value at :math:`s_t`: the same order inside a step group) instead of
-  :math:`c\,\gamma_G^{d(s_{t+1}, g)}`, so the shaping weighs the same against one step of
-  progress near the goal and far from it (far from it, the paper's residual lets the
-  shaping override the distance order);
-* ``signed_traps`` - :math:`\delta^-_t` without the :math:`\max(\cdot, 0)`: leaving a trap's
-  neighbourhood is credited, not only entering it punished;
-* ``traps_need_dead_end`` - trap candidates are limited to states that cannot reach the
-  goal in the task graph;
-* ``shape_failed_tasks=False`` - no shaping in tasks without a success (GraphGPO gives
-  their steps no step-level contrast; the paper's traps still do);
-* ``residual_on_ties_only`` - the residual only enters step groups in which GraphGPO
-  has no contrast (every step of the group reaches the same distance to the goal):
-  MileGPO then breaks GraphGPO's ties and never reorders what the distance already orders.
 """
 
 from __future__ import annotations
@@ -158,11 +139,6 @@ class MileGPOConfig(GraphGPOConfig):
     :param bcc: branch-counterfactual credit inside PCC.
     :param local_progress: local progress inside PCC.
     :param traps: trap potential :math:`\\delta^-`.
-    :param relative_residual: **(ours)** residual on the scale-free return (see the module doc).
-    :param signed_traps: **(ours)** trap increments without the positive part.
-    :param traps_need_dead_end: **(ours)** only states that cannot reach the goal become traps.
-    :param shape_failed_tasks: ``False`` **(ours)**: no shaping in tasks without a success.
-    :param residual_on_ties_only: **(ours)** the residual only in step groups GraphGPO cannot tell apart.
     :param diagnostics_top_k: milestones / traps per task listed in the diagnostics.
     """
 
@@ -191,11 +167,6 @@ class MileGPOConfig(GraphGPOConfig):
     bcc: bool = True
     local_progress: bool = True
     traps: bool = True
-    relative_residual: bool = False
-    signed_traps: bool = False
-    traps_need_dead_end: bool = False
-    shape_failed_tasks: bool = True
-    residual_on_ties_only: bool = False
     diagnostics_top_k: int = 3
 
     def __post_init__(self) -> None:
@@ -204,8 +175,6 @@ class MileGPOConfig(GraphGPOConfig):
         check_nonnegative(self, ("gamma_phi", "lam", "w_plus", "w_minus", "w_s", "w_m", "w_c", "w_f", "w_l",
                                  "alpha_d", "alpha_s", "alpha_f", "w_bc", "w_pg", "w_pcc", "theta_m", "rho",
                                  "eta", "kappa_bc", "diagnostics_top_k"))
-        if self.relative_residual and self.gamma_g == 0:
-            raise ValueError("relative_residual needs gamma_g > 0 (it divides by gamma_g ** d(s_t))")
 
     @classmethod
     def preset(cls, env: str, **overrides: Any) -> MileGPOConfig:
@@ -272,8 +241,6 @@ def milestone_evidence(graph: TaskGraph, config: MileGPOConfig) -> MilestoneEvid
     score0 = np.where(milestone, cfg.w_s * lift + cfg.w_m * coverage + cfg.w_c * centrality, 0.0)
 
     trap = eligible & (graph.node_n_succ == 0) & (graph.node_n_traj > 0) & ((n_fail >= 2) | (graph.node_n_revisit > 0))
-    if cfg.traps_need_dead_end:
-        trap &= ~graph.reaches_goal
     excess_fail = np.maximum((1.0 - p_v) - (1.0 - p_q[nt]), 0.0)
     fail_cov = n_fail / np.maximum(task_n_fail[nt], 1)
     revisit = graph.node_n_revisit / np.maximum(graph.node_n_traj, 1)
@@ -333,33 +300,15 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
     ev = milestone_evidence(graph, cfg)
     src, dst = graph.row_src, graph.row_dst
     delta_plus = np.maximum(cfg.gamma_phi * cfg.w_plus * ev.phi_plus[dst] - cfg.w_plus * ev.phi_plus[src], 0.0)
-    delta_minus = cfg.gamma_phi * cfg.w_minus * ev.phi_minus[dst] - cfg.w_minus * ev.phi_minus[src]
-    if not cfg.signed_traps:
-        delta_minus = np.maximum(delta_minus, 0.0)
+    delta_minus = np.maximum(cfg.gamma_phi * cfg.w_minus * ev.phi_minus[dst] - cfg.w_minus * ev.phi_minus[src], 0.0)
     shaping = cfg.c * cfg.lam * (delta_plus - delta_minus)
-    if not cfg.shape_failed_tasks:
-        shaping = np.where(graph.task_n_succ[graph.row_task] > 0, shaping, 0.0)
     r_g = graph_step_returns(graph, cfg.c, cfg.gamma_g)
     if cfg.upstream_exact:
         r_g = r_g - invalid_penalties(batch)[1]
     r_m = r_g + shaping
     a_g = group_normalize(r_g, src, graph.num_nodes, cfg.norm, cfg.epsilon)
-    if cfg.relative_residual:  # the same order inside each step group, on a scale that does not vanish
-        d = graph.dist_to_goal
-        r_rel = cfg.c * cfg.gamma_g ** (d[dst] - d[src])
-        if cfg.upstream_exact:
-            r_rel = r_rel - invalid_penalties(batch)[1]
-        a_mix = group_normalize(r_rel + shaping, src, graph.num_nodes, cfg.norm, cfg.epsilon)
-        a_res = a_mix - group_normalize(r_rel, src, graph.num_nodes, cfg.norm, cfg.epsilon)
-    else:
-        a_mix = group_normalize(r_m, src, graph.num_nodes, cfg.norm, cfg.epsilon)
-        a_res = a_mix - a_g
-    if cfg.residual_on_ties_only:
-        d_next = graph.dist_to_goal[dst]
-        low, high = np.full(graph.num_nodes, np.inf), np.full(graph.num_nodes, -np.inf)
-        np.minimum.at(low, src, d_next)
-        np.maximum.at(high, src, d_next)
-        a_res = np.where(low[src] == high[src], a_res, 0.0)
+    a_mix = group_normalize(r_m, src, graph.num_nodes, cfg.norm, cfg.epsilon)
+    a_res = a_mix - a_g
     episode = episode_scores(batch, graph, cfg.norm, cfg.epsilon, cfg.upstream_exact)
     adv = cfg.w_step * (a_g + cfg.eta * a_res) + cfg.w_episode * episode
 
