@@ -6,13 +6,20 @@ only the credit function differs. Each run trains with ``milegpo.train.train``
 and is evaluated greedily on held-out tasks of the in-distribution split during
 training (the learning curve) and of both eval splits at the end.
 
-Outputs (committed): ``benchmarks/results/learning_efficiency.json`` (all
-curves and finals), ``learning_efficiency.md`` (the table: mean ± std over
-seeds of final success and of the area under the held-out curve) and
-``learning_efficiency.png`` (held-out success against env steps). Run folders go
-to ``benchmarks/runs/<out name>/`` (not committed).
+WebShop and ALFWorld are the paper's benchmarks (settings in :data:`ENVS`: the papers'
+WebShop reward, ALFWorld's real engine on the small generated task set where an untrained
+policy already wins 10-15 %); House and TWX coin are this project's.
 
-    python benchmarks/learning_efficiency.py                 # the README's table
+Outputs (committed): ``OUT.runs.jsonl`` (one line per finished run, appended as runs
+finish: a killed benchmark started again skips what is there), ``OUT.json`` (all curves,
+finals and the table), ``OUT.md`` (per env: mean ± std over seeds of AUC and final
+held-out success, and MileGPO minus each other method as paired differences with 95 %
+t intervals) and ``OUT.png`` (held-out success, and WebShop's score, against env steps).
+Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
+
+    python benchmarks/learning_efficiency.py --envs webshop alfworld --seeds 0 1 2 3 4 \
+        --out benchmarks/results/learning_efficiency_paper_envs          # about 2.5 h on 2 cores
+    python benchmarks/learning_efficiency.py --envs house coin --steps 24000   # the House/coin table
     python benchmarks/learning_efficiency.py --seeds 0 --steps 4000 --envs house   # a quick look
 """
 
