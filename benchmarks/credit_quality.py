@@ -50,7 +50,7 @@ import numpy as np
 
 import ground_truth
 from milegpo.algos.credit import StepBatch, build_task_graph, compute_credit
-from milegpo.algos.credit.diagnostics import same_source_pairs
+from milegpo.algos.credit.diagnostics import tied_pairs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -155,17 +155,15 @@ def trap_credit(batch: StepBatch, advantages: np.ndarray, trap_steps: np.ndarray
 def paper_statistics(batch: StepBatch, progress: np.ndarray, preset: dict) -> dict:
     """The paper's shares (see the module doc), and how often MileGPO's tie-breaks point the right way."""
     out = {}
+    graph = build_task_graph(batch)
     for label, overrides in (("rcs", {}), ("uniform", {"rcs": False})):
         result = compute_credit("milegpo", batch, {**preset, **overrides})
         d = result.diagnostics
         out["shared_state_share"], out["tie_share"] = d["shared_state_share"], d["tie_share"]
         out[f"ties_broken_{label}"] = d["ties_broken"]
-        graph = build_task_graph(batch)
-        i, j = same_source_pairs(batch, graph)
-        d_next = graph.dist_to_goal[graph.row_dst]
         r_m = result.components["r_M"]
-        split = (d_next[i] == d_next[j]) & (np.abs(r_m[i] - r_m[j]) > 1e-9 * np.maximum(np.abs(r_m[i]), 1.0))
-        truth = split & (progress[i] != progress[j])
+        i, j, _, separated = tied_pairs(batch, graph, r_m)
+        truth = separated & (progress[i] != progress[j])
         right = np.sign(r_m[i] - r_m[j]) == np.sign(progress[i] - progress[j])
         out[f"ties_broken_right_{label}"] = float(right[truth].mean()) if truth.any() else float("nan")
         out[f"ties_broken_with_truth_{label}"] = int(truth.sum())

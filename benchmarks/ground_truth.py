@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import re
-from typing import Any, Callable
+from typing import Any
 
 from milegpo.envs import make_env
 
@@ -43,13 +43,20 @@ ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-class HouseTracker:
-    def observe(self, action: str | None, info: dict) -> None:
-        pass
+class Tracker:
+    """Follows one task's episodes: ``observe`` after each reset/step, then ``distance`` = d*(s)."""
 
     def __init__(self, env, seed: int):
         self.env = env
 
+    def observe(self, action: str | None, info: dict) -> None:
+        """Update what the tracker must remember (most envs expose their whole state: nothing)."""
+
+    def distance(self, info: dict) -> int | None:
+        raise NotImplementedError
+
+
+class HouseTracker(Tracker):
     def distance(self, info: dict) -> int | None:
         if info.get("won"):
             return 0
@@ -57,11 +64,12 @@ class HouseTracker:
         return None if plan is None else len(plan)
 
 
-class CoinTracker:
+class CoinTracker(Tracker):
     """The coin game's map (explored once per task) and its door states along an episode."""
 
     def __init__(self, env, seed: int):
-        self.env, self.seed = env, seed
+        super().__init__(env, seed)
+        self.seed = seed
         self.exits: dict[str, dict[str, tuple[str, bool]]] = {}  # room -> direction -> (room, has door)
         self.coin_room: str | None = None
         self._explore()
@@ -137,15 +145,12 @@ class CoinTracker:
         return None
 
 
-class WebShopTracker:
+class WebShopTracker(Tracker):
     """Remaining steps of the purchase funnel to a product that would score 1.0 (see the module doc)."""
 
     def __init__(self, env, seed: int):
-        self.env = env
+        super().__init__(env, seed)
         self._clicks: dict[tuple[str, tuple], int | None] = {}  # (asin, chosen options) -> clicks
-
-    def observe(self, action: str | None, info: dict) -> None:
-        pass
 
     def clicks_to_win(self, asin: str, chosen: tuple[tuple[str, str], ...] = ()) -> int | None:
         """The fewest option clicks after which buying ``asin`` scores 1.0, or None if no choice does.
@@ -209,13 +214,7 @@ class WebShopTracker:
         return min(options) if options else None
 
 
-class ALFWorldTracker:
-    def observe(self, action: str | None, info: dict) -> None:
-        pass
-
-    def __init__(self, env, seed: int):
-        self.env = env
-
+class ALFWorldTracker(Tracker):
     def distance(self, info: dict) -> int | None:
         if info.get("won"):
             return 0
@@ -223,7 +222,7 @@ class ALFWorldTracker:
         return len(plan) if plan else None
 
 
-TRACKERS: dict[str, Callable[[Any, int], Any]] = {"house": HouseTracker, "coin": CoinTracker,
+TRACKERS: dict[str, type[Tracker]] = {"house": HouseTracker, "coin": CoinTracker,
                                                    "webshop": WebShopTracker, "alfworld": ALFWorldTracker}
 
 

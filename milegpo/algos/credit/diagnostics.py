@@ -63,13 +63,13 @@ def shared_state_share(batch: StepBatch, graph: TaskGraph) -> float:
     return float(np.mean(graph.node_n_traj[graph.row_src[rows]] >= 2)) if rows.any() else 0.0
 
 
-def tie_statistics(batch: StepBatch, graph: TaskGraph, r_m: np.ndarray) -> dict[str, Any]:
-    """Same-source, distinct-action pairs GraphGPO ties and the share of them ``r_m`` separates.
+def tied_pairs(batch: StepBatch, graph: TaskGraph, r_m: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The :func:`same_source_pairs` ``(i, j)``, which of them GraphGPO ties, and which ``r_m`` separates.
 
     GraphGPO's step return ``c * gamma_G ** d(s_{t+1})`` is a function of the next
     state's graph distance only, so a pair is tied exactly when both distances are
     equal (compared as integers: the returns themselves underflow towards 0 for far
-    states). ``r_m`` separates a pair when its two values differ by more than
+    states). ``r_m`` separates a tied pair when its two values differ by more than
     :data:`RELATIVE_TOLERANCE` of their scale.
     """
     i, j = same_source_pairs(batch, graph)
@@ -77,6 +77,12 @@ def tie_statistics(batch: StepBatch, graph: TaskGraph, r_m: np.ndarray) -> dict[
     tied = d_next[i] == d_next[j]
     scale = np.maximum(np.maximum(np.abs(r_m[i]), np.abs(r_m[j])), 1.0)
     separated = tied & (np.abs(r_m[i] - r_m[j]) > RELATIVE_TOLERANCE * scale)
+    return i, j, tied, separated
+
+
+def tie_statistics(batch: StepBatch, graph: TaskGraph, r_m: np.ndarray) -> dict[str, Any]:
+    """Same-source, distinct-action pairs GraphGPO ties and the share of them ``r_m`` separates."""
+    i, _, tied, separated = tied_pairs(batch, graph, r_m)
     n_pairs, n_tied, n_broken = len(i), int(tied.sum()), int(separated.sum())
     return {"same_source_pairs": n_pairs, "tie_pairs": n_tied, "tie_share": n_tied / n_pairs if n_pairs else 0.0,
             "ties_broken_pairs": n_broken, "ties_broken": n_broken / n_tied if n_tied else 0.0,

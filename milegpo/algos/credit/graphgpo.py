@@ -55,9 +55,11 @@ class GraphGPOConfig(CreditConfig):
         check_nonnegative(self, ("c", "w_step", "w_episode"))
 
 
-def graph_step_returns(graph: TaskGraph, c: float, gamma_g: float) -> np.ndarray:
-    """(N,) :math:`r^G_t = c\\,\\gamma_G^{d(s_{t+1}, g)}`."""
-    return c * gamma_g ** graph.dist_to_goal[graph.row_dst]
+def graph_step_returns(batch: StepBatch, graph: TaskGraph, config: GraphGPOConfig) -> np.ndarray:
+    """(N,) :math:`r^G_t = c\\,\\gamma_G^{d(s_{t+1}, g)}`, minus the invalid-action penalty
+    of the step when ``config.upstream_exact``."""
+    r_g = config.c * config.gamma_g ** graph.dist_to_goal[graph.row_dst]
+    return r_g - invalid_penalties(batch)[1] if config.upstream_exact else r_g
 
 
 def graphgpo(batch: StepBatch, config: GraphGPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
@@ -65,9 +67,7 @@ def graphgpo(batch: StepBatch, config: GraphGPOConfig | None = None, graph: Task
     config = config or GraphGPOConfig()
     graph = graph or build_task_graph(batch, batch.success_mask(config.success_threshold))
     episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
-    r_g = graph_step_returns(graph, config.c, config.gamma_g)
-    if config.upstream_exact:
-        r_g = r_g - invalid_penalties(batch)[1]
+    r_g = graph_step_returns(batch, graph, config)
     a_g = group_normalize(r_g, graph.row_src, graph.num_nodes, config.norm, config.epsilon)
     adv = config.w_step * a_g + config.w_episode * episode
     diagnostics = {"method": "graphgpo", **common_diagnostics(graph, adv, episode), **step_group_diagnostics(graph),

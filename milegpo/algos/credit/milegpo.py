@@ -98,7 +98,7 @@ from milegpo.algos.credit.batch import CreditResult, StepBatch
 from milegpo.algos.credit.diagnostics import describe_state, tie_statistics
 from milegpo.algos.credit.graph import TaskGraph, build_task_graph
 from milegpo.algos.credit.graphgpo import GraphGPOConfig, graph_diagnostics, graph_step_returns
-from milegpo.algos.credit.norm import episode_scores, group_normalize, invalid_penalties
+from milegpo.algos.credit.norm import episode_scores, group_normalize
 
 _PRESETS: dict[str, dict[str, Any]] = {
     "alfworld": {"theta_m": 1.1, "rho": 0.0, "eta": 0.20, "kappa_bc": 0},
@@ -302,9 +302,7 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
     delta_plus = np.maximum(cfg.gamma_phi * cfg.w_plus * ev.phi_plus[dst] - cfg.w_plus * ev.phi_plus[src], 0.0)
     delta_minus = np.maximum(cfg.gamma_phi * cfg.w_minus * ev.phi_minus[dst] - cfg.w_minus * ev.phi_minus[src], 0.0)
     shaping = cfg.c * cfg.lam * (delta_plus - delta_minus)
-    r_g = graph_step_returns(graph, cfg.c, cfg.gamma_g)
-    if cfg.upstream_exact:
-        r_g = r_g - invalid_penalties(batch)[1]
+    r_g = graph_step_returns(batch, graph, cfg)
     r_m = r_g + shaping
     a_g = group_normalize(r_g, src, graph.num_nodes, cfg.norm, cfg.epsilon)
     a_mix = group_normalize(r_m, src, graph.num_nodes, cfg.norm, cfg.epsilon)
