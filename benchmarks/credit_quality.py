@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 
 import ground_truth
-from milegpo.algos.credit import StepBatch, build_task_graph, compute_credit
-from milegpo.algos.credit.diagnostics import tied_pairs
+from milegpo.credit import StepBatch, build_task_graph, compute_credit
+from milegpo.credit.diagnostics import tied_pairs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

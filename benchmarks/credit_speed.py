@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from milegpo.algos.credit import CREDIT_METHODS, StepBatch, build_task_graph, compute_credit
+from milegpo.credit import CREDIT_METHODS, StepBatch, build_task_graph, compute_credit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "credit_speed.json"
 

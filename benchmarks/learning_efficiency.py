@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from milegpo.algos.credit import CREDIT_METHODS
+from milegpo.credit import CREDIT_METHODS
 from milegpo.plots import METHOD_LABELS
 
 ROOT = Path(__file__).resolve().parent

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from milegpo.algos.credit import CREDIT_METHODS
+from milegpo.credit import CREDIT_METHODS
 
 #: Functions adding one subcommand each to the ``milegpo`` parser, in help order.
 SUBCOMMANDS: list[Callable[[Any], None]] = []

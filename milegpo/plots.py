@@ -1,7 +1,7 @@
 """Plots of a training run: the learning curve, the credit diagnostics and the credit of one trajectory.
 
 They read the files a run writes (SB3's ``progress.csv``; ``last_batch.npz``, the
-last iteration's :class:`~milegpo.algos.credit.StepBatch`), so they also work on
+last iteration's :class:`~milegpo.credit.StepBatch`), so they also work on
 a run folder after the fact: ``python -m milegpo.plots RUN_DIR``.
 """
 
@@ -21,8 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from milegpo.algos.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory  # noqa: E402
-from milegpo.algos.credit.batch import LAST_BATCH_FILE, load_step_batch  # noqa: E402
+from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory  # noqa: E402
+from milegpo.credit.batch import LAST_BATCH_FILE, load_step_batch  # noqa: E402
 
 #: credit/* columns drawn in the diagnostics figure, with their axis titles.
 CREDIT_PANELS = {

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, Logger, TensorBoardOutputFormat
 
-from milegpo.algos.credit.batch import LAST_BATCH_FILE, load_step_batch
+from milegpo.credit.batch import LAST_BATCH_FILE, load_step_batch
 from milegpo.train import PROGRESS_FILE
 
 #: JSON-lines logs with an ``iteration`` field per row

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milegpo.algos.credit import CREDIT_METHODS
+from milegpo.credit import CREDIT_METHODS
 from milegpo.envs import UnknownEnvError, make_env
 
 CONFIG_FILE = "config.json"
@@ -358,6 +358,8 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     if not resume and (run_dir / PROGRESS_FILE).exists():
         raise ValueError(f"run folder {str(run_dir)!r} already has logs: continue it with --resume {run_dir}, "
                          "or choose another --run-dir")
+    if resume and main:
+        _remove_stale_saves(run_dir, verbose)
     if resume and _finished(run_dir, config, verbose, main):
         return run_dir
 
@@ -443,6 +445,15 @@ def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int, dev
         credit_kwargs=dict(config.credit_kwargs), policy_kwargs=config.policy_kwargs(model_path),
         verbose=verbose, seed=config.seed, device=device,
     )
+
+
+def _remove_stale_saves(run_dir: Path, verbose: int) -> None:
+    """Delete the temporary folders of checkpoint saves a kill interrupted (run folder and checkpoints/)."""
+    from milegpo.algos.checkpoint import remove_stale_saves
+
+    done = remove_stale_saves(run_dir) + remove_stale_saves(run_dir / CHECKPOINTS_DIR)
+    if done and verbose:
+        print(f"Cleaned up {len(done)} checkpoint save(s) a killed run left unfinished: " + "; ".join(done))
 
 
 def _latest_intact(folder: Path, verbose: int) -> str | None:

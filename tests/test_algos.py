@@ -199,6 +199,25 @@ def test_save_is_atomic_and_overwrites(model_path: str, tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary directories left
 
 
+def test_remove_stale_saves_deletes_unfinished_saves_and_puts_back_a_moved_aside_checkpoint(tmp_path: Path) -> None:
+    from milegpo.algos.checkpoint import remove_stale_saves
+
+    for name in ("checkpoint_8_steps", ".checkpoint_8_steps.old-0123abcd", ".checkpoint_12_steps.tmp-89abcdef",
+                 ".final.old-aaaabbbb", ".final.tmp-ccccdddd", ".git", ".notes.tmp-keep"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "marker").write_text(name)
+    (tmp_path / ".loose.tmp-00001111").write_text("a file, not a save folder")
+
+    done = remove_stale_saves(tmp_path)
+    # final/ had been moved aside and its replacement never arrived: it comes back
+    assert (tmp_path / "final" / "marker").read_text() == ".final.old-aaaabbbb"
+    assert (tmp_path / "checkpoint_8_steps" / "marker").read_text() == "checkpoint_8_steps"  # the new one stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".git", ".loose.tmp-00001111", ".notes.tmp-keep",
+                                                          "checkpoint_8_steps", "final"]
+    assert len(done) == 4 and any("put back final" in line for line in done)
+    assert remove_stale_saves(tmp_path) == [] and remove_stale_saves(tmp_path / "missing") == []
+
+
 def _tamper_config(path: Path, edit) -> None:
     config = json.loads((path / "config.json").read_text())
     edit(config)

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from milegpo.algos.credit import (CREDIT_METHODS, GiGPOConfig, GRPOConfig, MileGPOConfig, StepBatch,
+from milegpo.credit import (CREDIT_METHODS, GiGPOConfig, GRPOConfig, MileGPOConfig, StepBatch,
                                   build_task_graph, compute_credit, credit_of_trajectory, make_credit_config)
 
 R2 = 1 / math.sqrt(2)  # 0.70711
@@ -161,7 +161,7 @@ def test_api_errors_and_configs():
     assert (web.theta_m, web.rho, web.eta, web.kappa_bc) == (0.5, 0.5, 0.5, 1)
     alf = MileGPOConfig.preset("alfworld")
     assert (alf.theta_m, alf.rho, alf.eta, alf.kappa_bc) == (1.1, 0.0, 0.2, 0)
-    assert CREDIT_METHODS == ("grpo", "gigpo", "graphgpo", "milegpo")
+    assert CREDIT_METHODS == ("grpo", "rloo", "gigpo", "hgpo", "graphgpo", "milegpo")
 
 
 def test_credit_of_trajectory_and_json_diagnostics():

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from milegpo.algos.credit import CREDIT_METHODS, MileGPOConfig, StepBatch, compute_credit
+from milegpo.credit import CREDIT_METHODS, MileGPOConfig, StepBatch, compute_credit
 
 TRAJ = st.lists(st.sampled_from("abcdef"), min_size=1, max_size=7)
 
@@ -39,7 +39,7 @@ def per_trajectory(batch: StepBatch, adv: np.ndarray) -> list[np.ndarray]:
     return [adv[batch.traj_ids == i] for i in range(batch.num_trajectories)]
 
 
-METHOD_CONFIGS = [(m, None) for m in CREDIT_METHODS] + [("milegpo", MileGPOConfig.preset("webshop")),
+METHOD_CONFIGS = [(m, None) for m in CREDIT_METHODS] + [("milegpo", MileGPOConfig.preset("webshop")), ("hgpo", {"base_group": True}),
                                                          ("milegpo", {"norm": "mean_norm", "rcs": False})]
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from milegpo.algos.credit import StepBatch, build_task_graph, compute_credit
-from milegpo.algos.credit.diagnostics import same_source_pairs, tie_statistics
+from milegpo.credit import StepBatch, build_task_graph, compute_credit
+from milegpo.credit.diagnostics import same_source_pairs, tie_statistics
 
 TRAJ = [["s0", "h", "m", "G1"], ["s0", "a", "m", "G2"], ["s0", "b", "b", "b"], ["s0", "h", "b", "c"]]
 SUCCESS = [True, True, False, False]

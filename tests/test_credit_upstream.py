@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from milegpo.algos.credit import StepBatch, compute_credit
+from milegpo.credit import StepBatch, compute_credit
 
 STATES = [["s0", "z", "z", "G"], ["s0", "x", "y"]]
 ACTIONS = [["b", "a", "e"], ["c", "d"]]

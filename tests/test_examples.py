@@ -15,8 +15,8 @@ import pytest
 from gymnasium.envs.registration import load_env_creator
 
 from milegpo import plots
-from milegpo.algos.credit import StepBatch, credit_of_trajectory
-from milegpo.algos.credit.batch import LAST_BATCH_FILE, load_step_batch, save_step_batch
+from milegpo.credit import StepBatch, credit_of_trajectory
+from milegpo.credit.batch import LAST_BATCH_FILE, load_step_batch, save_step_batch
 from milegpo.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]

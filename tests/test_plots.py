@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from milegpo.algos.credit import StepBatch, compute_credit
+from milegpo.credit import StepBatch, compute_credit
 from milegpo.plots import CREDIT_PANELS, plot_credit_diagnostics, plot_learning_curve, read_progress
 
 PNG_MAGIC = b"\x89PNG"

@@ -1,4 +1,4 @@
-"""Batched, masked completion log-probs equal each sample scored alone (DESIGN §5)."""
+"""Batched, masked completion log-probs equal each sample scored alone."""
 
 from __future__ import annotations
 

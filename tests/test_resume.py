@@ -4,7 +4,8 @@ The reference is the same config run without interruption: after kill -9 /
 resume cycles, progress.csv, eval.jsonl and credit_diagnostics.jsonl hold each
 iteration exactly once, in order, with the reference's values (everything but
 wall-clock timings: the resumed run restores weights, optimizer, every RNG and
-the task draw, so on the same CPU it repeats the same numbers).
+the task draw, so on the same CPU it repeats the same numbers), and the final
+LoRA weights equal the reference's tensor by tensor.
 """
 
 from __future__ import annotations
@@ -40,6 +41,53 @@ def jsonl(path: Path) -> list[dict]:
 def deterministic(row: dict, timing_keys=("time/", "update_s", "_per_s")) -> dict:
     """A log row without its wall-clock values."""
     return {k: v for k, v in row.items() if not any(t in k for t in timing_keys)}
+
+
+def final_weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "final" / "adapter" / "adapter_model.safetensors"))
+
+
+def assert_same_weights(run_dir: Path, reference: Path) -> None:
+    import torch
+
+    got, want = final_weights(run_dir), final_weights(reference)
+    assert sorted(got) == sorted(want)
+    assert all(torch.equal(got[name], want[name]) for name in want), "the resumed run's final weights differ"
+    # the adapter's config is the same file but for the base model's path (another run folder)
+    configs = [json.loads((d / "final" / "adapter" / "adapter_config.json").read_text()) for d in (run_dir, reference)]
+    for config in configs:
+        config.pop("base_model_name_or_path")
+    assert configs[0] == configs[1]
+
+
+def hidden_folders(run_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob(".*"))
+
+
+# `milegpo train`, SIGKILLed by itself in the middle of its N-th checkpoint save whose temporary
+# folder name contains MATCH: after the adapter is written, before the optimizer state is
+KILL_DURING_SAVE = """
+import os, signal, sys
+import milegpo.algos.checkpoint as checkpoint
+match, nth, seen, save = sys.argv[1], int(sys.argv[2]), [0], checkpoint.th.save
+def killing_save(obj, file, *args, **kwargs):
+    if match in str(file):
+        seen[0] += 1
+        if seen[0] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return save(obj, file, *args, **kwargs)
+checkpoint.th.save = killing_save
+from milegpo.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def train_killed_during_save(match: str, nth: int, args: list[str]) -> int:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", KILL_DURING_SAVE, match, str(nth), "train", *args, "--no-progress-bar"]
+    return subprocess.run(command, stdout=subprocess.DEVNULL, env=env, timeout=600).returncode
 
 
 def train_until_killed(run_dir: Path, args: list[str], min_rows: int, timeout: float = 180) -> int:
@@ -84,12 +132,33 @@ def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path
     for name in ("eval.jsonl", "credit_diagnostics.jsonl"):
         assert [deterministic(r) for r in jsonl(run / name)] == [deterministic(r) for r in jsonl(reference / name)], name
     assert json.loads((run / "eval_final.json").read_text()) == json.loads((reference / "eval_final.json").read_text())
+    assert_same_weights(run, reference)
+    assert hidden_folders(run) == []
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run)).Reload()
     steps = [event.step for event in events.Scalars("rollout/success_rate")]
     assert steps == [int(r["time/total_timesteps"]) for r in want if r["rollout/success_rate"]]
+
+
+@pytest.mark.slow
+def test_saves_killed_midway_leave_nothing_behind_after_resume(reference: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    run = tmp_path / "run"
+    # killed in its 3rd periodic checkpoint save, then (resumed) in the final save
+    assert train_killed_during_save(".checkpoint_", 3, ["--config", str(config), "--run-dir", str(run)]) == -signal.SIGKILL
+    assert [p for p in hidden_folders(run) if ".tmp-" in p]  # the unfinished save is there
+    assert train_killed_during_save(".final.tmp-", 1, ["--resume", str(run)]) == -signal.SIGKILL
+    assert any(p.startswith(".final.tmp-") for p in hidden_folders(run))
+    result = subprocess.run(milegpo("train", "--resume", str(run)), capture_output=True, text=True, check=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.stdout.count("Cleaned up 1 checkpoint save(s) a killed run left unfinished") == 1
+    assert hidden_folders(run) == []
+    want = rows(reference / "progress.csv")
+    assert [deterministic(r) for r in rows(run / "progress.csv")] == [deterministic(r) for r in want]
+    assert_same_weights(run, reference)
 
 
 @pytest.mark.slow

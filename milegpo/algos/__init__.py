@@ -2,8 +2,8 @@
 
 All four share :class:`~milegpo.algos.base.GroupRLAlgorithm` (an SB3
 ``OnPolicyAlgorithm``) and differ only by their credit function
-(:mod:`milegpo.algos.credit`). Names are imported lazily, so that
-``import milegpo.algos.credit`` (pure numpy) does not pull in torch.
+(:mod:`milegpo.credit`). Names are imported lazily, so that
+``import milegpo.credit`` (pure numpy) does not pull in torch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MileGPO and the baselines it is compared with: one trainer, four credit functions.
+"""MileGPO and the baselines it is compared with: one trainer, one credit function each.
 
 Every class is :class:`~milegpo.algos.base.GroupRLAlgorithm` with another
 ``credit_method`` (and its presets); the rollouts, the buffer, the update and the
@@ -28,11 +28,24 @@ class GRPO(GroupRLAlgorithm):
     credit_method: ClassVar[str] = "grpo"
 
 
+class RLOO(GroupRLAlgorithm):
+    """RLOO: every step of trajectory ``i`` gets ``Z_i`` minus the mean outcome of the group's other trajectories."""
+
+    credit_method: ClassVar[str] = "rloo"
+
+
 class GiGPO(GroupRLAlgorithm):
     """GiGPO (arXiv 2505.10978): episode term plus a step term normalised among steps
     taken from the same anchor state (discounted return, gamma 0.95)."""
 
     credit_method: ClassVar[str] = "gigpo"
+
+
+class HGPO(GroupRLAlgorithm):
+    """HGPO (arXiv 2602.22817): step groups of the same task sharing the last 1..H+1 states,
+    normalised per history length and averaged with weights growing with the length."""
+
+    credit_method: ClassVar[str] = "hgpo"
 
 
 class GraphGPO(GroupRLAlgorithm):
@@ -44,7 +57,7 @@ class GraphGPO(GroupRLAlgorithm):
 
 class MileGPO(GroupRLAlgorithm):
     """MileGPO: GraphGPO plus milestone discovery, reliability-calibrated shaping and
-    progress-contrastive calibration (DESIGN.md section 2).
+    progress-contrastive calibration (:mod:`milegpo.credit.milegpo`).
 
     Presets (the paper's per-env values): ``"alfworld"`` (theta_m 1.1, rho 0, eta 0.2,
     kappa_bc 0; also the config defaults) and ``"webshop"`` (theta_m 0.5, rho 0.5,
@@ -56,4 +69,5 @@ class MileGPO(GroupRLAlgorithm):
 
 
 #: Algorithm classes by name (for the CLI and scripts).
-ALGORITHMS: dict[str, type[GroupRLAlgorithm]] = {"milegpo": MileGPO, "graphgpo": GraphGPO, "gigpo": GiGPO, "grpo": GRPO}
+ALGORITHMS: dict[str, type[GroupRLAlgorithm]] = {"milegpo": MileGPO, "graphgpo": GraphGPO, "hgpo": HGPO, "gigpo": GiGPO,
+                                                  "rloo": RLOO, "grpo": GRPO}

@@ -8,7 +8,7 @@ overrides what text and groups need:
   ``group_size`` copies of each task, until done or the env's horizon), from a fresh
   group reset of the :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`;
 * the :class:`~milegpo.algos.buffer.TextRolloutBuffer` then turns the finished
-  groups into a :class:`~milegpo.algos.credit.StepBatch` and the subclass's credit
+  groups into a :class:`~milegpo.credit.StepBatch` and the subclass's credit
   method (GRPO, GiGPO, GraphGPO, MileGPO) gives every step its advantage;
 * ``train``: a PPO-clip loss on every unit of each step's action (a generated token
   in ``generate`` mode, the one choice among candidates in ``choose`` mode) with the
@@ -40,7 +40,7 @@ over the policy's time), action_tokens_per_s, update_tokens_per_s (tokens of the
 steps over the update's wall time); ``credit/`` every scalar of the credit method's
 diagnostics. The full diagnostics (milestone and trap lists ...) of every iteration go
 to ``credit_diagnostics.jsonl`` in the logger folder when the logger writes files there,
-and the iteration's :class:`~milegpo.algos.credit.StepBatch` to ``last_batch.npz``
+and the iteration's :class:`~milegpo.credit.StepBatch` to ``last_batch.npz``
 (overwritten each iteration; :func:`milegpo.plots.plot_run_trajectory_credit` draws it).
 
 Data parallel (:mod:`milegpo.algos.distributed`, ``torchrun``): every rank plays its own
@@ -74,8 +74,8 @@ import milegpo
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer, split_by_tokens, step_tokens
-from milegpo.algos.credit import StepBatch, compute_credit, make_credit_config
-from milegpo.algos.credit.batch import LAST_BATCH_FILE, save_step_batch
+from milegpo.credit import StepBatch, compute_credit, make_credit_config
+from milegpo.credit.batch import LAST_BATCH_FILE, save_step_batch
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.policies import LLMPolicy
@@ -146,7 +146,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     :param max_grad_norm: gradient-norm clip.
     :param weight_decay: AdamW weight decay.
     :param credit_kwargs: overrides of the credit method's config fields
-        (see ``milegpo.algos.credit.make_credit_config``).
+        (see ``milegpo.credit.make_credit_config``).
     :param credit_preset: the per-env preset of the credit config, ``"alfworld"`` or
         ``"webshop"`` (MileGPO's theta_m, rho, eta, kappa_bc; a no-op for the
         baselines), applied before ``credit_kwargs``.
@@ -161,7 +161,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     """
 
     policy_aliases: ClassVar[dict[str, type]] = {"LLMPolicy": LLMPolicy}
-    #: The credit method of :func:`milegpo.algos.credit.compute_credit` (set by subclasses).
+    #: The credit method of :func:`milegpo.credit.compute_credit` (set by subclasses).
     credit_method: ClassVar[str] = ""
     #: Env presets accepted by ``credit_preset``.
     credit_presets: ClassVar[tuple[str, ...]] = ("alfworld", "webshop")

@@ -1,14 +1,14 @@
 """The text rollout buffer: whole grouped episodes, credit assignment, minibatches of steps.
 
 SB3's ``RolloutBuffer`` stores fixed-shape arrays per env step and rejects text
-spaces (DESIGN.md section 5). Group RL needs something else: every group (task)
+spaces (no fixed shape). Group RL needs something else: every group (task)
 is rolled out ``group_size`` times to the end, and only then can the credit of
 each step be computed from the whole group. :class:`TextRolloutBuffer`
 
 1. records one :class:`StepRecord` per env step of every trajectory
    (:meth:`~TextRolloutBuffer.add`), one trajectory per env of the vec env;
 2. once every episode is finished, flattens them into a
-   :class:`~milegpo.algos.credit.StepBatch` (:meth:`~TextRolloutBuffer.step_batch`)
+   :class:`~milegpo.credit.StepBatch` (:meth:`~TextRolloutBuffer.step_batch`)
    and runs the credit function on it (:meth:`~TextRolloutBuffer.compute_credit`);
 3. yields shuffled minibatches of step rows with their advantages
    (:meth:`~TextRolloutBuffer.get`), split further into micro-batches under a
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from milegpo.algos.credit import CreditResult, StepBatch, compute_credit
+from milegpo.credit import CreditResult, StepBatch, compute_credit
 
 
 @dataclass

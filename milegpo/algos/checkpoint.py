@@ -10,8 +10,12 @@ A checkpoint of a group-RL algorithm is a directory::
                       loaded with ``weights_only=True``)
 
 Nothing is unpickled when loading. The directory is first written under a
-temporary name next to ``path`` and then renamed into place, so a run killed
-while saving leaves the previous checkpoint intact. ``config.json`` lists the size
+temporary name next to ``path`` (``.<name>.tmp-<hex>``) and then renamed into
+place, so a run killed while saving leaves the previous checkpoint intact; an
+existing checkpoint of the same name is first moved aside (``.<name>.old-<hex>``).
+A kill leaves such hidden folders behind: :func:`remove_stale_saves` (called on
+resume) deletes them, and puts back a moved-aside checkpoint whose replacement
+never arrived. ``config.json`` lists the size
 and SHA-256 of every other file (``files``): a file truncated or changed later
 (a full disk, a bad copy) makes the checkpoint *corrupt*, reported as such, and
 :func:`checkpoints` lets a resume fall back to an older intact one.
@@ -70,11 +74,20 @@ def to_builtin(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+_TMP_TAG = ".tmp-"
+_OLD_TAG = ".old-"
+
+
+def _aside(path: Path, tag: str) -> Path:
+    """A hidden sibling of ``path`` for a save in progress (``tag``: :data:`_TMP_TAG` or :data:`_OLD_TAG`)."""
+    return path.parent / f".{path.name}{tag}{uuid.uuid4().hex[:8]}"
+
+
 def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: Any, optimizer: th.optim.Optimizer) -> Path:
     """Write a checkpoint directory at ``path`` atomically (see the module docstring)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = _aside(path, _TMP_TAG)
     try:
         tmp.mkdir()
         policy.save_adapter(str(tmp / ADAPTER_DIR))
@@ -83,7 +96,7 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
         with open(tmp / CONFIG_FILE, "w") as f:
             json.dump(config, f, indent=2, default=to_builtin)
         if path.exists():
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+            old = _aside(path, _OLD_TAG)
             os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
@@ -93,6 +106,37 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def remove_stale_saves(directory: str | os.PathLike) -> list[str]:
+    """Clean up after saves into ``directory`` that a kill interrupted; returns what was done, one line each.
+
+    A ``.<name>.tmp-<hex>`` folder is an unfinished save: deleted. A ``.<name>.old-<hex>``
+    folder is a checkpoint moved aside to be replaced: put back as ``<name>`` if the
+    replacement never arrived (the kill fell between the two renames), else deleted.
+    Nothing else in ``directory`` is touched.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    done = []
+    for child in sorted(directory.iterdir()):
+        if not (child.is_dir() and child.name.startswith(".")):
+            continue
+        for tag in (_TMP_TAG, _OLD_TAG):
+            name, found, suffix = child.name[1:].rpartition(tag)
+            if found and name and len(suffix) == 8:
+                break
+        else:
+            continue
+        target = directory / name
+        if tag == _OLD_TAG and not target.exists():
+            os.replace(child, target)
+            done.append(f"put back {target.name} (its replacement was not written)")
+        else:
+            shutil.rmtree(child, ignore_errors=True)
+            done.append(f"removed the unfinished save {child.name}")
+    return done
 
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:

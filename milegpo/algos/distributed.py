@@ -4,7 +4,7 @@ Credit is computed per task, so each process (*rank*) owns whole task groups: it
 runs its own envs, sampler and credit, and only these cross processes:
 
 * the rollout's env-step count and episode statistics (:func:`reduce_rollout_stats`);
-* each rank's :class:`~milegpo.algos.credit.StepBatch`, gathered on rank 0 for the
+* each rank's :class:`~milegpo.credit.StepBatch`, gathered on rank 0 for the
   credit diagnostics and the trajectory plot (rank 0 logs those of the global batch);
 * each row's token and unit counts, so that every rank cuts the *global* batch into
   the same minibatches (:func:`global_minibatches`) and normalises its loss by the
@@ -30,7 +30,7 @@ import torch as th
 import torch.distributed as dist
 
 from milegpo.algos.buffer import minibatch_rows
-from milegpo.algos.credit import StepBatch
+from milegpo.credit import StepBatch
 
 #: How long a rank waits in a collective for the others (rank 0 evaluates while they wait).
 DEFAULT_TIMEOUT_S = 1800

@@ -6,7 +6,7 @@ times from the *same* initial state. :class:`GroupedTextVecEnv` holds
 instances; env ``i`` belongs to group ``i // group_size`` and all envs of a group
 are reset together with the same task seed.
 
-Differences from SB3's ``DummyVecEnv`` / ``SubprocVecEnv`` (see DESIGN.md section 5):
+Differences from SB3's ``DummyVecEnv`` / ``SubprocVecEnv`` (which allocate arrays from ``space.shape``, None for text):
 
 * observations are an ``np.ndarray(dtype=object)`` of ``str`` (text spaces have no
   shape), actions a sequence of ``str``;
@@ -228,7 +228,7 @@ class GroupedTextVecEnv(VecEnv):
     :param env_fn: factory returning a new :class:`TextEnv` (picklable with
         cloudpickle when ``subprocess=True``); called ``num_envs`` times.
     :param n_tasks: number of groups (distinct tasks per batch).
-    :param group_size: copies per task (``K`` in DESIGN.md, default 8).
+    :param group_size: copies per task (the group size ``K`` of the credit functions, default 8).
     :param seed: seed of the vec env's RNG that draws the task seeds in :meth:`reset`.
     :param subprocess: host the envs in worker processes instead of this process.
     :param n_workers: number of worker processes (default: one per CPU core, at

@@ -1,6 +1,6 @@
 """``LLMPolicy``: a causal LM with a LoRA adapter as an SB3 policy over text.
 
-Two action modes (DESIGN §3):
+Two action modes:
 
 ``generate``
     the model writes a reply (optionally ``<think>…</think>``) ending in
@@ -399,8 +399,18 @@ class LLMPolicy(BasePolicy):
         return super().load_state_dict({k: v for k, v in state_dict.items() if k in own}, strict=False, assign=assign)
 
     def save_adapter(self, path: str | os.PathLike) -> None:
-        """Save the LoRA adapter with peft (``adapter_model.safetensors`` + ``adapter_config.json``)."""
+        """Save the LoRA adapter with peft (``adapter_model.safetensors`` + ``adapter_config.json``).
+
+        peft keeps ``target_modules`` as a set and writes it in hash order, which changes
+        from process to process: the list is sorted here so that equal adapters give
+        equal files.
+        """
         self.model.save_pretrained(str(path), safe_serialization=True)
+        config_file = Path(path) / "adapter_config.json"
+        config = json.loads(config_file.read_text())
+        if isinstance(config.get("target_modules"), list):
+            config["target_modules"] = sorted(config["target_modules"])
+            config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
     def load_adapter(self, path: str | os.PathLike) -> None:
         """Load adapter weights saved by :meth:`save_adapter` into this policy's adapter."""

@@ -56,7 +56,7 @@ def smollm2_path(cache_dir: str | os.PathLike | None = None) -> str:
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         tokenizer.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(tmp).save_pretrained(tmp)  # settle AutoTokenizer's rewrite (DESIGN §5)
+        AutoTokenizer.from_pretrained(tmp).save_pretrained(tmp)  # AutoTokenizer rewrites parts of a saved tokenizer on first load: settle it
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # the weights are dequantised now; a model that still says "gguf" refuses to be saved or reloaded
         if hasattr(model.config, "quantization_config"):

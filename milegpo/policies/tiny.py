@@ -157,7 +157,7 @@ def tiny_model(
 
     tokenizer = build_word_tokenizer(vocab_texts)
     tokenizer.save_pretrained(save_dir)
-    # AutoTokenizer may rewrite parts of a custom tokenizer on load (DESIGN §5):
+    # AutoTokenizer may rewrite parts of a custom tokenizer (its normaliser) on load:
     # load it once the way every user will and save that version.
     tokenizer = AutoTokenizer.from_pretrained(save_dir)
     tokenizer.save_pretrained(save_dir)

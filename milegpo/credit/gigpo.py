@@ -1,4 +1,4 @@
-r"""GiGPO (arXiv 2505.10978): episode advantage + anchor-state step advantage (DESIGN.md §2).
+r"""GiGPO (arXiv 2505.10978): episode advantage + anchor-state step advantage.
 
 .. math::
     R_t = \sum_{k \ge 0} \gamma^k r_{t+k}, \qquad
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from milegpo.algos.credit.base import (CreditConfig, check_nonnegative, check_unit, common_diagnostics,
+from milegpo.credit.base import (CreditConfig, check_nonnegative, check_unit, common_diagnostics,
                                        step_group_diagnostics)
-from milegpo.algos.credit.batch import CreditResult, StepBatch
-from milegpo.algos.credit.graph import TaskGraph, build_task_graph, segment_starts, trajectory_order
-from milegpo.algos.credit.norm import episode_scores, group_normalize, invalid_penalties
+from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.graph import TaskGraph, build_task_graph, segment_starts, trajectory_order
+from milegpo.credit.norm import episode_scores, group_normalize, invalid_penalties
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-r"""The task-local state graphs shared by GraphGPO and MileGPO (DESIGN.md §2).
+r"""The task-local state graphs shared by GraphGPO and MileGPO.
 
-For every task ``q`` of a :class:`~milegpo.algos.credit.batch.StepBatch`, the graph
+For every task ``q`` of a :class:`~milegpo.credit.batch.StepBatch`, the graph
 :math:`G_q = (V_q, E_q)` has
 
 * **nodes** - the state keys seen in the task's trajectories, plus one goal node
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from milegpo.algos.credit.batch import StepBatch
+from milegpo.credit.batch import StepBatch
 
 GOAL_KEY = "<goal>"
 """The state key shown for goal nodes in diagnostics."""

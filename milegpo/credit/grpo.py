@@ -1,4 +1,4 @@
-r"""GRPO: one outcome advantage per trajectory, on every step (DESIGN.md §2).
+r"""GRPO: one outcome advantage per trajectory, on every step.
 
 .. math::
     A_{i,t} = \text{Norm}_q(Z_i) =
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from milegpo.algos.credit.base import CreditConfig, common_diagnostics
-from milegpo.algos.credit.batch import CreditResult, StepBatch
-from milegpo.algos.credit.graph import TaskGraph, build_task_graph
-from milegpo.algos.credit.norm import episode_scores
+from milegpo.credit.base import CreditConfig, common_diagnostics
+from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.norm import episode_scores
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,16 @@
-r"""GraphGPO (Cheng et al., 2026): distance-to-goal step returns on the task graph (DESIGN.md §2).
+r"""GraphGPO (Cheng et al., 2026): distance-to-goal step returns on the task graph.
 
 .. math::
     r^G_t = c\,\gamma_G^{\,d(s_{t+1}, g)}, \qquad
     A_t = w_\text{step}\,\text{Norm}_{q, s_t}(r^G_t) + w_\text{episode}\,\text{Norm}_q(Z_i)
 
 :math:`d(\cdot, g)` is the BFS distance to the goal node of the task graph
-(:mod:`milegpo.algos.credit.graph`; nodes that cannot reach :math:`g` get the task's
+(:mod:`milegpo.credit.graph`; nodes that cannot reach :math:`g` get the task's
 max finite distance + 1). The last step of a successful trajectory enters :math:`g`
 (:math:`d = 0`, :math:`r^G = c`). Invalid actions are ordinary rows: their
 :math:`s_{t+1} = s_t`, so they score like staying put.
 
-``upstream_exact=True`` (verl-agent's conventions, see :class:`~milegpo.algos.credit.base.CreditConfig`)
+``upstream_exact=True`` (verl-agent's conventions, see :class:`~milegpo.credit.base.CreditConfig`)
 also subtracts the invalid-action penalty from that step's :math:`r^G_t` and takes the
 episode statistics over step rows. The GraphGPO authors' ALFWorld runs use
 :math:`\gamma_G = 0.1`; our default is 0.2 (the MileGPO paper's): pass ``gamma_g=0.1``
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from milegpo.algos.credit.base import (CreditConfig, check_nonnegative, check_unit, common_diagnostics,
+from milegpo.credit.base import (CreditConfig, check_nonnegative, check_unit, common_diagnostics,
                                        step_group_diagnostics)
-from milegpo.algos.credit.batch import CreditResult, StepBatch
-from milegpo.algos.credit.graph import TaskGraph, build_task_graph
-from milegpo.algos.credit.norm import episode_scores, group_normalize, invalid_penalties
+from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.norm import episode_scores, group_normalize, invalid_penalties
 
 
 @dataclass(frozen=True)

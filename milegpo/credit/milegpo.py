@@ -1,7 +1,7 @@
 r"""MileGPO = GraphGPO + Milestone Discovery, Reliability-Calibrated Shaping and
-Progress-Contrastive Calibration (DESIGN.md §2; arXiv 2608.19803).
+Progress-Contrastive Calibration (arXiv 2608.19803).
 
-Notation per task ``q`` (graph of :mod:`milegpo.algos.credit.graph`): :math:`K_q`
+Notation per task ``q`` (graph of :mod:`milegpo.credit.graph`): :math:`K_q`
 trajectories, :math:`p_q^+ = |T_q^+| / K_q`, :math:`p_q^- = 1 - p_q^+`,
 :math:`p^+(v) = |T^+(v)| / |T(v)|`, :math:`p^-(v) = 1 - p^+(v)`, likewise :math:`p^+(e)`.
 "Max-normalise" divides by the task's maximum (0 stays 0).
@@ -93,12 +93,12 @@ from typing import Any
 
 import numpy as np
 
-from milegpo.algos.credit.base import check_nonnegative, check_unit, common_diagnostics, step_group_diagnostics
-from milegpo.algos.credit.batch import CreditResult, StepBatch
-from milegpo.algos.credit.diagnostics import describe_state, tie_statistics
-from milegpo.algos.credit.graph import TaskGraph, build_task_graph
-from milegpo.algos.credit.graphgpo import GraphGPOConfig, graph_diagnostics, graph_step_returns
-from milegpo.algos.credit.norm import episode_scores, group_normalize
+from milegpo.credit.base import check_nonnegative, check_unit, common_diagnostics, step_group_diagnostics
+from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.diagnostics import describe_state, tie_statistics
+from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.graphgpo import GraphGPOConfig, graph_diagnostics, graph_step_returns
+from milegpo.credit.norm import episode_scores, group_normalize
 
 _PRESETS: dict[str, dict[str, Any]] = {
     "alfworld": {"theta_m": 1.1, "rho": 0.0, "eta": 0.20, "kappa_bc": 0},

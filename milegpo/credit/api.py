@@ -6,16 +6,20 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from milegpo.algos.credit.base import CreditConfig
-from milegpo.algos.credit.batch import CreditResult, StepBatch
-from milegpo.algos.credit.gigpo import GiGPOConfig, gigpo
-from milegpo.algos.credit.graphgpo import GraphGPOConfig, graphgpo
-from milegpo.algos.credit.grpo import GRPOConfig, grpo
-from milegpo.algos.credit.milegpo import MileGPOConfig, milegpo
+from milegpo.credit.base import CreditConfig
+from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.gigpo import GiGPOConfig, gigpo
+from milegpo.credit.graphgpo import GraphGPOConfig, graphgpo
+from milegpo.credit.grpo import GRPOConfig, grpo
+from milegpo.credit.hgpo import HGPOConfig, hgpo
+from milegpo.credit.milegpo import MileGPOConfig, milegpo
+from milegpo.credit.rloo import RLOOConfig, rloo
 
 _REGISTRY: dict[str, tuple[Callable[..., CreditResult], type[CreditConfig]]] = {
     "grpo": (grpo, GRPOConfig),
+    "rloo": (rloo, RLOOConfig),
     "gigpo": (gigpo, GiGPOConfig),
+    "hgpo": (hgpo, HGPOConfig),
     "graphgpo": (graphgpo, GraphGPOConfig),
     "milegpo": (milegpo, MileGPOConfig),
 }

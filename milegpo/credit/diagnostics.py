@@ -8,7 +8,7 @@
 * **shared-state share** - transitions leaving a state that two or more trajectories
   of the group visit (the paper: about 74%).
 * the per-method sign-flip share and the advantage statistics live in
-  :mod:`milegpo.algos.credit.base`.
+  :mod:`milegpo.credit.base`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from milegpo.algos.credit.batch import StepBatch
-from milegpo.algos.credit.graph import TaskGraph, index_strings
+from milegpo.credit.batch import StepBatch
+from milegpo.credit.graph import TaskGraph, index_strings
 
 STATE_CHARS = 200
 """State keys are cut to this many characters in diagnostics."""

@@ -8,8 +8,8 @@ from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
-from milegpo.algos.credit.graph import TaskGraph
-from milegpo.algos.credit.norm import check_norm
+from milegpo.credit.graph import TaskGraph
+from milegpo.credit.norm import check_norm
 
 C = TypeVar("C", bound="CreditConfig")
 
@@ -22,7 +22,7 @@ class CreditConfig:
         unbiased std + ``epsilon``) or ``"mean_norm"`` (subtract the mean only).
     :param epsilon: added to the std in ``"mean_std_norm"``.
     :param upstream_exact: reproduce verl-agent's conventions where ours deliberately
-        differ (see :func:`milegpo.algos.credit.norm.episode_scores`): the episode
+        differ (see :func:`milegpo.credit.norm.episode_scores`): the episode
         statistics are taken over step rows (a long trajectory weighs more), and the
         invalid-action penalty is subtracted from that step's return and from that
         row's episode score instead of being one more reward. Default False (ours).

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from milegpo.algos.credit.batch import StepBatch
-from milegpo.algos.credit.graph import TaskGraph
+from milegpo.credit.batch import StepBatch
+from milegpo.credit.graph import TaskGraph
 
 NORM_MODES = ("mean_std_norm", "mean_norm")
 
@@ -27,8 +27,12 @@ def check_norm(norm: str) -> None:
         raise ValueError(f"norm must be one of {NORM_MODES}, got {norm!r}")
 
 
-def group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: str, epsilon: float) -> np.ndarray:
-    """Normalise ``x`` within groups (``groups``: dense ids ``0..num_groups-1``)."""
+def group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: str, epsilon: float,
+                    ddof: int = 1) -> np.ndarray:
+    """Normalise ``x`` within groups (``groups``: dense ids ``0..num_groups-1``).
+
+    ``ddof``: the std's delta degrees of freedom (1: unbiased, as GRPO / GiGPO; 0: the
+    population std, as HGPO)."""
     x = np.asarray(x, dtype=np.float64)
     counts = np.bincount(groups, minlength=num_groups)
     ref = np.full(num_groups, -np.inf)
@@ -36,7 +40,7 @@ def group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: st
     y = x - ref[groups]
     dev = y - (np.bincount(groups, weights=y, minlength=num_groups) / np.maximum(counts, 1))[groups]
     if norm == "mean_std_norm":
-        var = np.bincount(groups, weights=dev * dev, minlength=num_groups) / np.maximum(counts - 1, 1)
+        var = np.bincount(groups, weights=dev * dev, minlength=num_groups) / np.maximum(counts - ddof, 1)
         dev = dev / (np.sqrt(var)[groups] + epsilon)
     dev[counts[groups] < 2] = 0.0
     return dev

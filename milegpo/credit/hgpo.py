@@ -1,0 +1,121 @@
+r"""HGPO (arXiv 2602.22817): step groups by shared *history*, several history lengths at once.
+
+GiGPO groups the steps of a task taken from the same state. HGPO groups them by the
+last :math:`k` states instead (the context a policy with a history window sees), for
+every :math:`k = 1 \dots H + 1` (:math:`H` = ``history_length``, the number of past
+steps in the prompt):
+
+.. math::
+    G_k(t) = \{\, t' \text{ of task } q :\ (s_{t'-k+1}, \dots, s_{t'}) = (s_{t-k+1}, \dots, s_t) \,\},
+    \qquad a_k(t) = \text{Norm}_{G_k(t)}(R_t),
+
+with :math:`R_t = \sum_j \gamma^j r_{t+j}` (as GiGPO) and population-std normalisation
+(``ddof = 0``). A step at position :math:`t` has levels :math:`k \le t + 1` only; a
+level whose group is a single step, or whose :math:`a_k(t)` is exactly 0, is left out.
+The advantage is the length-weighted mean over the levels that remain:
+
+.. math::
+    A_t = \sum_{k \in \mathcal K_t} w_k\, a_k(t), \qquad
+    w_k = \frac{(k+1)^\alpha}{\sum_{k' \in \mathcal K_t} (k'+1)^\alpha + \varepsilon}
+
+(0 when :math:`\mathcal K_t` is empty). Longer shared histories are more alike states,
+so they weigh more. There is no separate episode term; ``base_group=True`` adds the
+episode advantage :math:`\text{Norm}_q(Z_i)` as one more level with :math:`k = 0`.
+
+Defaults are those of the authors' verl-agent recipe: :math:`H = 2`,
+:math:`\alpha = 1`, :math:`\gamma = 0.95`, ``mean_std_norm``, no base group. The
+invalid-action penalty follows :mod:`~milegpo.credit.gigpo` (``upstream_exact=True``:
+subtracted from its own step's return, and the base group's statistics over rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from milegpo.credit.base import CreditConfig, check_nonnegative, check_unit, common_diagnostics
+from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.gigpo import discounted_returns
+from milegpo.credit.graph import TaskGraph, build_task_graph, index_strings, segment_starts, trajectory_order
+from milegpo.credit.norm import episode_scores, group_normalize, invalid_penalties
+
+
+@dataclass(frozen=True)
+class HGPOConfig(CreditConfig):
+    """HGPO hyperparameters.
+
+    :param gamma: discount :math:`\\gamma` of the step return :math:`R_t` (0.95).
+    :param history_length: :math:`H`, past steps a group's members must share; levels
+        :math:`k = 1..H+1` (2: the prompt history of the paper's setting).
+    :param length_weight_alpha: :math:`\\alpha` of the level weights :math:`(k+1)^\\alpha`
+        (1; 0 weighs every level the same).
+    :param base_group: add the episode advantage as a level :math:`k = 0` (False).
+    """
+
+    gamma: float = 0.95
+    history_length: int = 2
+    length_weight_alpha: float = 1.0
+    base_group: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_unit(self, ("gamma",))
+        check_nonnegative(self, ("length_weight_alpha",))
+        if int(self.history_length) != self.history_length or self.history_length < 0:
+            raise ValueError(f"history_length must be an integer >= 0, got {self.history_length}")
+
+
+def history_groups(batch: StepBatch, graph: TaskGraph, k: int) -> np.ndarray:
+    """(N,) dense id of each row's level-``k`` group: same task and same last ``k`` state keys
+    :math:`s_{t-k+1..t}`; -1 for a row with fewer than ``k`` states so far (:math:`t + 1 < k`)."""
+    order = trajectory_order(batch)
+    (keys,) = index_strings(batch.state_keys[order])
+    starts = segment_starts(batch.traj_ids[order])
+    pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    groups = np.full(len(order), -1, dtype=np.int64)
+    ids: dict[tuple[int, ...], int] = {}
+    task = graph.row_task[order]
+    for j in np.flatnonzero(pos + 1 >= k):
+        suffix = (int(task[j]), *keys[j - k + 1 : j + 1].tolist())
+        groups[j] = ids.setdefault(suffix, len(ids))
+    out = np.empty_like(groups)
+    out[order] = groups
+    return out
+
+
+def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
+    """HGPO credit for every step row of ``batch``."""
+    config = config or HGPOConfig()
+    graph = graph or build_task_graph(batch)
+    if config.upstream_exact:  # verl-agent: penalties are not discounted, each hits its own step
+        env_rewards, penalties = invalid_penalties(batch)
+        returns = discounted_returns(dataclasses.replace(batch, rewards=env_rewards), config.gamma) - penalties
+    else:
+        returns = discounted_returns(batch, config.gamma)
+    n = batch.num_steps
+    levels = list(range(1, int(config.history_length) + 2))
+    values = np.zeros((len(levels) + 1, n))  # row 0: the base group (level k = 0)
+    present = np.zeros((len(levels) + 1, n), dtype=bool)
+    if config.base_group:
+        values[0] = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
+        present[0] = True
+    shared = {}
+    for row, k in enumerate(levels, start=1):
+        groups = history_groups(batch, graph, k)
+        has = groups >= 0
+        num = int(groups.max(initial=-1)) + 1
+        values[row, has] = group_normalize(returns[has], groups[has], num, config.norm, config.epsilon, ddof=0)
+        sizes = np.bincount(groups[has], minlength=num)
+        present[row, has] = sizes[groups[has]] > 1
+        shared[f"frac_steps_in_shared_groups_k{k}"] = float(present[row].mean()) if n else 0.0
+    used = present & (values != 0.0)
+    weights = np.where(used, (np.arange(len(levels) + 1, dtype=np.float64)[:, None] + 1.0) ** config.length_weight_alpha,
+                       0.0)
+    adv = (weights * values).sum(axis=0) / (weights.sum(axis=0) + config.epsilon)
+    episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
+    diagnostics = {"method": "hgpo", **common_diagnostics(graph, adv, episode), **shared,
+                   "mean_levels_used": float(used.sum(axis=0).mean()) if n else 0.0}
+    components = {"step_return": returns, **{f"A_k{k}": values[row] for row, k in enumerate(levels, start=1)}}
+    return CreditResult(advantages=adv, diagnostics=diagnostics, components=components)
