@@ -208,3 +208,15 @@ def test_bad_batches_are_rejected():
         compute_credit("gigpo", StepBatch(**repeated, outcomes=batch.outcomes, success=batch.success))
     with pytest.raises(ValueError, match="at least two states"):
         StepBatch.from_trajectories([["s"]], success=[False])
+
+
+def test_the_old_credit_location_is_the_same_modules():
+    import importlib
+    import sys
+
+    sys.modules.pop("milegpo.algos.credit", None)
+    with pytest.warns(DeprecationWarning, match="moved to milegpo.credit"):
+        old = importlib.import_module("milegpo.algos.credit")
+    from milegpo.algos.credit.batch import StepBatch as OldStepBatch
+
+    assert OldStepBatch is StepBatch and old.compute_credit is compute_credit
