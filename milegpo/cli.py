@@ -161,6 +161,7 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--rollout-backend": ("rollout_backend", str, "generate mode: who samples, hf | vllm (pip install 'milegpo[vllm]')"),
     "--device": ("device", str, "auto (CUDA when there is one) | cpu | cuda | cuda:N"),
     "--seed": ("seed", int, "random seed"),
+    "--report-to": ("report_to", str, "experiment trackers, comma-separated: tensorboard,wandb,mlflow, or none"),
 }
 
 #: one algorithm per credit method (milegpo.algos.ALGORITHMS; the credit package imports no torch)
@@ -202,6 +203,10 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["eval_splits"] = [split for split in args.eval_splits if split.lower() not in NO_SPLIT]
     if args.env_kwargs is not None:
         overrides["env_kwargs"] = args.env_kwargs
+    if "report_to" in overrides:
+        from milegpo.tracking import parse_report_to
+
+        overrides["report_to"] = parse_report_to(overrides["report_to"])
     return overrides
 
 
@@ -219,7 +224,7 @@ def run_train(args: argparse.Namespace) -> int:
             config = TrainConfig()
         config = TrainConfig.from_dict({**config.__dict__, **_train_overrides(args)})
         train(config, run_dir=args.resume or args.run_dir, resume=bool(args.resume), progress_bar=not args.no_progress_bar)
-    except (ValueError, FileNotFoundError, UnknownEnvError, CheckpointError) as exc:
+    except (ValueError, FileNotFoundError, ImportError, UnknownEnvError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

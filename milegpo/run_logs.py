@@ -19,8 +19,9 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
-from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, Logger, TensorBoardOutputFormat
+from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 
 from milegpo.credit.batch import LAST_BATCH_FILE, load_step_batch
 from milegpo.train import PROGRESS_FILE
@@ -54,16 +55,24 @@ class PurgingTensorBoardOutputFormat(TensorBoardOutputFormat):
         self._is_closed = False
 
 
-def configure_run_logger(run_dir: str | os.PathLike, stdout: bool = True, purge_step: int | None = None) -> Logger:
-    """SB3 logger of a run folder: stdout (optional), ``progress.csv`` (appended) and TensorBoard.
+def configure_run_logger(run_dir: str | os.PathLike, stdout: bool = True, purge_step: int | None = None,
+                         report_to: Sequence[str] = ("tensorboard",), config: Mapping[str, Any] | None = None) -> Logger:
+    """SB3 logger of a run folder: stdout (optional), ``progress.csv`` (appended, always) and the
+    trackers of ``report_to`` (TensorBoard in the run folder, W&B, MLflow: :mod:`milegpo.tracking`).
 
     :param purge_step: on resume, the first env step after the checkpoint: TensorBoard
         events of the killed session from that step on are hidden.
+    :param config: the run's config, logged as the tracker run's config / params.
     """
+    from milegpo.tracking import parse_report_to, tracker_formats
+
+    report_to = parse_report_to(list(report_to))
     folder = str(run_dir)
     os.makedirs(folder, exist_ok=True)
-    formats = [AppendingCSVOutputFormat(os.path.join(folder, PROGRESS_FILE)),
-               PurgingTensorBoardOutputFormat(folder, purge_step)]
+    formats: list[KVWriter] = [AppendingCSVOutputFormat(os.path.join(folder, PROGRESS_FILE))]
+    if "tensorboard" in report_to:
+        formats.append(PurgingTensorBoardOutputFormat(folder, purge_step))
+    formats += tracker_formats(report_to, folder, config or {})
     if stdout:
         formats.insert(0, HumanOutputFormat(sys.stdout))
     return Logger(folder=folder, output_formats=formats)

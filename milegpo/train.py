@@ -114,6 +114,8 @@ class TrainConfig:
     subprocess: bool = False
     device: str = "auto"
     seed: int = 0
+    #: experiment trackers beside progress.csv: "tensorboard", "wandb", "mlflow" (milegpo.tracking)
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     #: tiny model size (used only when ``model`` is None)
     tiny_hidden_size: int = 32
     tiny_layers: int = 1
@@ -159,6 +161,11 @@ class TrainConfig:
             raise ValueError(f"credit_preset must be 'alfworld', 'webshop' or null, got {self.credit_preset!r}")
         if not isinstance(self.eval_splits, list):
             raise ValueError(f"eval_splits must be a list of split names (may be empty), got {self.eval_splits!r}")
+        if not isinstance(self.report_to, list):
+            raise ValueError(f"report_to must be a list of tracker names, got {self.report_to!r}")
+        from milegpo.tracking import parse_report_to
+
+        parse_report_to(self.report_to)
         if self.device != "auto" and not str(self.device).startswith(("cpu", "cuda", "mps", "xpu")):
             raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 
@@ -345,7 +352,10 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     """
     from milegpo.algos import distributed
 
+    from milegpo.tracking import check_available
+
     check_setup(config)
+    check_available(config.report_to)
     world = distributed.init_from_environment(config.device)
     if config.n_tasks % world.size:
         raise ValueError(f"n_tasks ({config.n_tasks}) must be a multiple of the number of processes ({world.size}): "
@@ -409,7 +419,8 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
                 print(f"Logs cut back to iteration {iteration}: dropped " +
                       ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items() if n))
         purge_step = (model.num_timesteps + 1 if resumed else 0) if resume else None
-        model.set_logger(configure_run_logger(run_dir, stdout=bool(verbose), purge_step=purge_step))
+        model.set_logger(configure_run_logger(run_dir, stdout=bool(verbose), purge_step=purge_step,
+                                              report_to=config.report_to, config=dataclasses.asdict(config)))
         callbacks.append(CheckpointCallback(config.checkpoint_freq, run_dir / CHECKPOINTS_DIR))
         curve_env = _eval_env(config, config.eval_splits[0]) if config.eval_splits else None
         if curve_env is not None:
@@ -430,7 +441,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
             curve_env.close()
     if main:
         model.save(run_dir / FINAL_DIR)
-        _finish(model, config, run_dir, verbose)
+        _finish(model, config, run_dir, verbose, logger=model.logger)
     return run_dir
 
 
@@ -499,11 +510,20 @@ def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = Tru
     return True
 
 
-def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int) -> None:
-    """Final held-out evaluation and plots of a trained run."""
+def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, logger: Any = None) -> None:
+    """Final held-out evaluation and plots of a trained run; both go to the experiment trackers
+    (those of ``logger``, or opened again for a run whose final evaluation a kill interrupted)."""
+    from stable_baselines3.common.logger import Logger
+
+    from milegpo.tracking import finish_trackers, tracker_formats
+
     results = evaluate_model(model, config, progress=bool(verbose))
     (run_dir / EVAL_FINAL_FILE).write_text(json.dumps(results, indent=2) + "\n")
     write_plots(run_dir)
+    if logger is None:
+        logger = Logger(folder=None, output_formats=tracker_formats(config.report_to, run_dir, dataclasses.asdict(config)))
+    plots = sorted(run_dir.glob("*.png")) + [run_dir / EVAL_FINAL_FILE]
+    finish_trackers(logger, results, plots)
     if verbose:
         for split, result in results.items():
             print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x {config.eval_copies}")
