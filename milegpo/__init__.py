@@ -18,7 +18,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "MileGPO": "milegpo.algos",
     "GraphGPO": "milegpo.algos",
+    "HGPO": "milegpo.algos",
     "GiGPO": "milegpo.algos",
+    "RLOO": "milegpo.algos",
     "GRPO": "milegpo.algos",
     "LLMPolicy": "milegpo.policies",
     "TextEnv": "milegpo.envs",

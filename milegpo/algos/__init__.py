@@ -1,6 +1,6 @@
-"""Group RL algorithms for text agents: MileGPO and the GraphGPO, GiGPO, GRPO baselines.
+"""Group RL algorithms for text agents: MileGPO and the GraphGPO, HGPO, GiGPO, RLOO, GRPO baselines.
 
-All four share :class:`~milegpo.algos.base.GroupRLAlgorithm` (an SB3
+All of them share :class:`~milegpo.algos.base.GroupRLAlgorithm` (an SB3
 ``OnPolicyAlgorithm``) and differ only by their credit function
 (:mod:`milegpo.credit`). Names are imported lazily, so that
 ``import milegpo.credit`` (pure numpy) does not pull in torch.
@@ -15,7 +15,9 @@ _LAZY = {
     "ALGORITHMS": "milegpo.algos.algorithms",
     "MileGPO": "milegpo.algos.algorithms",
     "GraphGPO": "milegpo.algos.algorithms",
+    "HGPO": "milegpo.algos.algorithms",
     "GiGPO": "milegpo.algos.algorithms",
+    "RLOO": "milegpo.algos.algorithms",
     "GRPO": "milegpo.algos.algorithms",
     "GroupRLAlgorithm": "milegpo.algos.base",
     "TextRolloutBuffer": "milegpo.algos.buffer",
