@@ -33,7 +33,8 @@ CREDIT_PANELS = {
     "credit/sign_flip_frac": "credit sign !=\nepisode sign",
 }
 
-METHOD_LABELS = {"grpo": "GRPO", "gigpo": "GiGPO", "graphgpo": "GraphGPO", "milegpo": "MileGPO"}
+METHOD_LABELS = {"grpo": "GRPO", "rloo": "RLOO", "gigpo": "GiGPO", "hgpo": "HGPO", "graphgpo": "GraphGPO",
+                 "milegpo": "MileGPO"}
 #: Characters of an action shown as a tick label.
 ACTION_CHARS = 32
 

@@ -190,6 +190,22 @@ def test_save_load_gives_identical_logprobs_and_resumes_counters(model_path: str
     assert loaded.num_timesteps > steps and loaded._iterations == 3
 
 
+def test_optimizer_settings_reach_training_and_survive_save_load(model_path: str, tmp_path: Path) -> None:
+    kwargs = policy_kwargs(model_path, optimizer_class="torch.optim:SGD", optimizer_kwargs={"momentum": 0.5})
+    model = GRPO("LLMPolicy", house(), learning_rate=1e-2, seed=0, policy_kwargs=kwargs)
+    assert type(model.optimizer) is th.optim.SGD and model.optimizer is model.policy.optimizer
+    assert model.optimizer.param_groups[0]["momentum"] == 0.5
+    model.learn(24)
+    assert any("momentum_buffer" in state for state in model.optimizer.state.values())  # it is the one stepping
+    model.save(tmp_path / "ckpt")
+    loaded = GRPO.load(tmp_path / "ckpt", house())
+    assert type(loaded.optimizer) is th.optim.SGD and loaded.optimizer.param_groups[0]["momentum"] == 0.5
+    default = make(GRPO, model_path, weight_decay=0.1)  # AdamW with the algorithm's weight decay
+    assert type(default.optimizer) is th.optim.AdamW and default.optimizer.param_groups[0]["weight_decay"] == 0.1
+    with pytest.raises(ValueError, match="names no torch optimizer"):
+        GRPO("LLMPolicy", house(), policy_kwargs=policy_kwargs(model_path, optimizer_class="torch.optim:Nope"))
+
+
 def test_save_is_atomic_and_overwrites(model_path: str, tmp_path: Path) -> None:
     model = make(GRPO, model_path)
     model.save(tmp_path / "ckpt")

@@ -15,7 +15,7 @@ import pytest
 from gymnasium.envs.registration import load_env_creator
 
 from milegpo import plots
-from milegpo.credit import StepBatch, credit_of_trajectory
+from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory
 from milegpo.credit.batch import LAST_BATCH_FILE, load_step_batch, save_step_batch
 from milegpo.train import TrainConfig
 
@@ -166,8 +166,9 @@ def test_plot_trajectory_credit_draws_each_methods_credit_per_step(tmp_path, mon
     ax = figures[0].axes[0]
     expected = credit_of_trajectory(batch, 1, configs=configs)
     bars = [patch.get_height() for patch in ax.patches]
-    assert np.allclose(bars, np.concatenate([expected[m] for m in ("grpo", "gigpo", "graphgpo", "milegpo")]))
-    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["GRPO", "GiGPO", "GraphGPO", "MileGPO"]
+    assert np.allclose(bars, np.concatenate([expected[m] for m in CREDIT_METHODS]))
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["GRPO", "RLOO", "GiGPO", "HGPO", "GraphGPO",
+                                                                         "MileGPO"]
     labels = ax.get_xticklabels()
     assert [label.get_text() for label in labels] == ["0: go a", "1: wait", "2: wait"]
     assert [label.get_color() for label in labels][1:] == ["red", "red"]  # the invalid steps

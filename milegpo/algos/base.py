@@ -53,6 +53,7 @@ Only rank 0 should be given a logger that writes.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -74,6 +75,8 @@ import milegpo
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer, split_by_tokens, step_tokens
+from milegpo.algos.loss import LOSS_AGGREGATIONS, pad_right, policy_loss
+from milegpo.algos.rollout import RolloutStep, play_episodes
 from milegpo.credit import StepBatch, compute_credit, make_credit_config
 from milegpo.credit.batch import LAST_BATCH_FILE, save_step_batch
 from milegpo.envs.core import TextSpace
@@ -84,7 +87,6 @@ logger = logging.getLogger(__name__)
 
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
 
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 
 #: Constructor arguments saved in a checkpoint's config (all plain values).
 HYPERPARAMETERS = (
@@ -268,6 +270,12 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.credit_config = make_credit_config(self.credit_method, **self._credit_overrides())
         kwargs = dict(self.policy_kwargs)
         kwargs.setdefault("device", str(self.device))
+        # the policy builds the one optimizer, from its optimizer_class / optimizer_kwargs settings;
+        # weight_decay (an algorithm hyperparameter) goes to it unless those settings name their own
+        optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
+        if "weight_decay" in _optimizer_arguments(kwargs.get("optimizer_class", th.optim.AdamW)):
+            optimizer_kwargs.setdefault("weight_decay", self.weight_decay)
+        kwargs["optimizer_kwargs"] = optimizer_kwargs
         if self.seed is not None:
             kwargs.setdefault("seed", self.seed)  # the policy's action-sampling generator
         self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **kwargs)
@@ -278,8 +286,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         #: this process's rank among the data-parallel processes (see milegpo.algos.distributed)
         self.world = distributed.current_world()
         distributed.broadcast_parameters(params, self.world)
-        self.optimizer = th.optim.AdamW(params, lr=self.lr_schedule(1.0), weight_decay=self.weight_decay)
-        self.policy.optimizer = self.optimizer  # SB3 convention: the optimizer lives on the policy
+        self.optimizer = self.policy.optimizer  # SB3 convention: the optimizer lives on the policy
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """Train on another GroupedTextVecEnv from now on (any number of tasks and group size)."""
@@ -384,7 +391,6 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             for i, info in enumerate(infos):
                 if info.get("env_error") is not None:
                     rollout_buffer.add_reset_error(i, str(info["env_error"]))
-            histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
             # sampling seeded per (run, iteration, rank): reproducible and resumable on any number of ranks
             self.policy.reseed_sampling(int(np.random.SeedSequence(
                 [self.task_seed_base, 2, self._iterations, self.world.rank]).generate_state(1)[0]))
@@ -392,33 +398,26 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             timesteps_before = self.num_timesteps
             start, policy_time, tokens, action_tokens = time.perf_counter(), 0.0, 0, 0
             logprob_gaps: list[float] = []  # per step: max |sampler - trainer| behaviour log-prob
-            while env.active.any():
-                active = np.flatnonzero(env.active)
-                t0 = time.perf_counter()
-                with th.no_grad():
-                    samples = self.policy.act([obs[i] for i in active], [infos[i] for i in active],
-                                              [histories[i] for i in active], deterministic=False)
-                policy_time += time.perf_counter() - t0
-                actions = np.full(env.num_envs, "", dtype=object)
-                for k, i in enumerate(active):
-                    actions[i] = samples[k].text
-                new_obs, rewards, dones, new_infos = env.step(actions)
-                self.num_timesteps += len(active)
-                for k, i in enumerate(active):
-                    rollout_buffer.add(int(i), samples[k], infos[i].get("state_key", ""), rewards[i], bool(dones[i]),
-                                       new_infos[i])
-                    histories[i].append((str(obs[i]), samples[k].text))
-                    tokens += step_tokens(samples[k])
-                    action_tokens += len(samples[k].action_ids)
-                    if getattr(samples[k], "sampler_logprobs", None) is not None:
-                        gap = np.abs(samples[k].sampler_logprobs - samples[k].old_logprobs)
-                        logprob_gaps.append(float(gap.max(initial=0.0)))
-                    if dones[i]:
+
+            def record(step: RolloutStep) -> bool:
+                nonlocal policy_time, tokens, action_tokens
+                policy_time += step.policy_seconds
+                self.num_timesteps += len(step.active)
+                for k, i in enumerate(step.active):
+                    sample = step.samples[k]
+                    rollout_buffer.add(int(i), sample, step.infos[i].get("state_key", ""), step.rewards[i],
+                                       bool(step.dones[i]), step.new_infos[i])
+                    tokens += step_tokens(sample)
+                    action_tokens += len(sample.action_ids)
+                    if getattr(sample, "sampler_logprobs", None) is not None:
+                        logprob_gaps.append(float(np.abs(sample.sampler_logprobs - sample.old_logprobs).max(initial=0.0)))
+                    if step.dones[i]:
                         self._record_episode(rollout_buffer, int(i))
-                obs, infos = new_obs, new_infos
                 callback.update_locals(locals())
-                if not callback.on_step():
-                    return False
+                return callback.on_step()
+
+            if not play_episodes(self.policy, env, obs, infos, deterministic=False, on_step=record):
+                return False
             rollout_time = time.perf_counter() - start
             t0 = time.perf_counter()
             credit = None
@@ -590,34 +589,17 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         for micro in split_by_tokens(rows, row_tokens, self.micro_batch_tokens):
             batch = [samples[r] for r in micro]
             logp, mask, entropy = self.policy.evaluate_actions(batch, with_entropy=with_entropy)
-            maskf = mask.to(logp.dtype)
-            old = _pad([np.asarray(s.old_logprobs, dtype=np.float32) for s in batch], logp.shape[1], logp.device)
-            adv = th.as_tensor(advantages[micro], dtype=logp.dtype, device=logp.device).unsqueeze(1)
-            log_ratio = logp - old.to(logp.dtype)
-            ratio = th.exp(log_ratio)
-            pg = th.maximum(-adv * ratio, -adv * th.clamp(ratio, 1.0 - self.clip_range, 1.0 + self.clip_range))
-            unit_loss = pg
-            kl = None
+            ref_logp = None
             if self.kl_coef != 0.0:
                 with th.no_grad():
                     ref_logp, _, _ = self.policy.evaluate_actions(batch, use_reference=True)
-                diff = ref_logp.to(logp.dtype) - logp
-                kl = th.exp(diff) - diff - 1.0  # k3: unbiased, non-negative estimator of KL(pi || ref)
-                unit_loss = unit_loss + self.kl_coef * kl
-            if with_entropy and entropy is not None:
-                unit_loss = unit_loss - self.ent_coef * entropy
-            loss = self._aggregate(unit_loss, maskf, n_units, n_seqs)
-            loss.backward()
-            with th.no_grad():
-                sums["loss"] += float(loss)
-                sums["pg_loss"] += float(self._aggregate(pg, maskf, n_units, n_seqs))
-                if kl is not None:
-                    sums["kl"] += float(self._aggregate(kl, maskf, n_units, n_seqs))
-                if entropy is not None:
-                    sums["entropy"] += float(self._aggregate(entropy, maskf, n_units, n_seqs))
-                clipped = ((ratio - 1.0).abs() > self.clip_range).to(logp.dtype)
-                sums["clip_fraction"] += float((clipped * maskf).sum()) / max(n_units, 1)
-                sums["approx_kl"] += float((((ratio - 1.0) - log_ratio) * maskf).sum()) / max(n_units, 1)
+            old = pad_right([np.asarray(s.old_logprobs, dtype=np.float32) for s in batch], logp.shape[1], logp.device)
+            out = policy_loss(logp, old, th.as_tensor(advantages[micro], device=logp.device), mask,
+                              clip_range=self.clip_range, n_units=n_units, n_seqs=n_seqs, loss_agg=self.loss_agg,
+                              ref_logp=ref_logp, kl_coef=self.kl_coef, entropy=entropy, ent_coef=self.ent_coef)
+            out.loss.backward()
+            for key, value in out.stats.items():
+                sums[key] += value
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         if self.world.distributed:
             distributed.all_reduce_gradients(params, self.world)
@@ -637,13 +619,6 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         if not with_entropy:
             sums.pop("entropy")
         return True, {**sums, "grad_norm": grad_norm}
-
-    def _aggregate(self, unit_values: th.Tensor, maskf: th.Tensor, n_units: int, n_seqs: int) -> th.Tensor:
-        """This micro-batch's share of the minibatch loss (so accumulation gives the minibatch mean)."""
-        if self.loss_agg == "token-mean":
-            return (unit_values * maskf).sum() / max(n_units, 1)
-        per_seq = (unit_values * maskf).sum(dim=1) / maskf.sum(dim=1).clamp(min=1.0)
-        return per_seq.sum() / max(n_seqs, 1)
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,
@@ -780,6 +755,13 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         return model
 
 
+def _optimizer_arguments(optimizer_class: Any) -> set[str]:
+    """The keyword arguments an optimizer class (or its ``"module:Name"`` path) accepts."""
+    from milegpo.policies.llm_policy import resolve_optimizer_class
+
+    return set(inspect.signature(resolve_optimizer_class(optimizer_class)).parameters)
+
+
 def _flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
     """The leaf callbacks of a (nested) CallbackList, in order."""
     if callback is None:
@@ -787,13 +769,3 @@ def _flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
     if isinstance(callback, CallbackList):
         return [leaf for child in callback.callbacks for leaf in _flatten_callbacks(child)]
     return [callback]
-
-
-def _pad(rows: list[np.ndarray], length: int, device: th.device) -> th.Tensor:
-    """Right-pad per-step unit arrays with zeros to ``[B, length]``."""
-    out = np.zeros((len(rows), length), dtype=np.float32)
-    for k, row in enumerate(rows):
-        if len(row) > length:
-            raise ValueError(f"a sample has {len(row)} old log-probs but the policy scored {length} units")
-        out[k, : len(row)] = row
-    return th.as_tensor(out, device=device)

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch as th
 from tqdm.auto import tqdm
 
+from milegpo.algos.rollout import RolloutStep, play_episodes
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 
@@ -72,28 +72,19 @@ def _run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int]
             n = len(chunk) * env.group_size
             episodes = [{"task_seed": chunk[int(env.group_ids[i])], "won": False, "return": 0.0, "length": 0,
                          "score": 0.0, "invalid_actions": 0, "env_error": infos[i].get("env_error")} for i in range(n)]
-            histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
-            while env.active.any():
-                active = np.flatnonzero(env.active)
-                with th.no_grad():
-                    samples = policy.act([obs[i] for i in active], [infos[i] for i in active],
-                                         [histories[i] for i in active], deterministic=deterministic)
-                actions = np.full(env.num_envs, "", dtype=object)
-                for k, i in enumerate(active):
-                    actions[i] = samples[k].text
-                new_obs, rewards, dones, new_infos = env.step(actions)
-                for k, i in enumerate(active):
-                    ep, info = episodes[i], new_infos[i]
-                    histories[i].append((str(obs[i]), samples[k].text))
+            def record(step: RolloutStep, episodes: list[dict[str, Any]] = episodes) -> None:
+                for i in step.active:
+                    ep, info = episodes[i], step.new_infos[i]
                     if info.get("env_error") is not None:
                         ep["env_error"] = info["env_error"]
                         continue
-                    ep["return"] += float(rewards[i])
+                    ep["return"] += float(step.rewards[i])
                     ep["length"] += 1
                     ep["invalid_actions"] += not info.get("valid_action", True)
-                    if dones[i]:
+                    if step.dones[i]:
                         ep["won"], ep["score"] = bool(info.get("won", False)), float(info.get("score", 0.0))
-                obs, infos = new_obs, new_infos
+
+            play_episodes(policy, env, obs, infos, deterministic=deterministic, on_step=record)
             results.extend(episodes)
             bar.update(len(chunk))
     finally:

@@ -260,7 +260,7 @@ class LLMPolicy(BasePolicy):
         seed: int = 0,
         max_batch_tokens: int = 16384,
         candidate_score: str = "sum",
-        optimizer_class: type[th.optim.Optimizer] = th.optim.AdamW,
+        optimizer_class: type[th.optim.Optimizer] | str = th.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
         gradient_checkpointing: bool = False,
         rollout_backend: str = "hf",
@@ -270,7 +270,8 @@ class LLMPolicy(BasePolicy):
     ):
         if use_sde:  # SB3's OnPolicyAlgorithm passes use_sde to every policy
             raise ValueError("LLMPolicy has no state-dependent exploration: use_sde must be False")
-        super().__init__(observation_space, action_space, optimizer_class=optimizer_class, optimizer_kwargs=optimizer_kwargs)
+        super().__init__(observation_space, action_space, optimizer_class=resolve_optimizer_class(optimizer_class),
+                         optimizer_kwargs=optimizer_kwargs)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if temperature <= 0:
@@ -460,9 +461,7 @@ class LLMPolicy(BasePolicy):
         if not (path / POLICY_FILE).is_file():
             raise FileNotFoundError(f"{path} holds no saved LLMPolicy ({POLICY_FILE} missing)")
         params = json.loads((path / POLICY_FILE).read_text())
-        module, _, name = params.pop("optimizer_class").partition(":")
-        optimizer_class = getattr(importlib.import_module(module), name)
-        params.update(device=device, optimizer_class=optimizer_class, **overrides)
+        params.update(device=device, **overrides)
         policy = cls(TextSpace(), TextSpace(), lambda _: 0.0, **params)
         policy.load_adapter(path)
         return policy
@@ -707,3 +706,18 @@ class LLMPolicy(BasePolicy):
 def _normalised(p: np.ndarray) -> np.ndarray:
     p = p.astype(np.float64)
     return p / p.sum()
+
+
+def resolve_optimizer_class(value: type[th.optim.Optimizer] | str) -> type[th.optim.Optimizer]:
+    """An optimizer class, or its ``"module:Name"`` / ``"module.Name"`` path (plain ``policy_kwargs``,
+    e.g. ``"torch.optim:SGD"``)."""
+    if not isinstance(value, str):
+        return value
+    module, sep, name = value.partition(":") if ":" in value else value.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name) if sep else None
+    except (ImportError, AttributeError):
+        found = None
+    if not (isinstance(found, type) and issubclass(found, th.optim.Optimizer)):
+        raise ValueError(f"optimizer_class {value!r} names no torch optimizer; e.g. 'torch.optim:AdamW'")
+    return found

@@ -1,0 +1,66 @@
+"""The one loop that plays grouped episodes, for training rollouts and held-out evaluation alike.
+
+After a group reset of a :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`, every env
+plays until its episode ends (autoreset is off: a finished env stays done while the
+others of the batch go on). Each round the policy acts for the active envs only, with
+each env's own history of ``(observation, action)`` pairs, and the caller sees the round
+as a :class:`RolloutStep`: the trainer records it in its buffer, the evaluation in its
+episode results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from milegpo.envs.vec_env import GroupedTextVecEnv
+
+
+@dataclass
+class RolloutStep:
+    """One round of the loop: the envs that acted and what came back.
+
+    ``samples[k]`` is the action of env ``active[k]``; ``infos`` are the infos of the
+    states the actions were taken in, ``new_infos`` / ``rewards`` / ``dones`` what the
+    step returned (all indexed by env); ``policy_seconds`` the time the policy took.
+    """
+
+    active: np.ndarray
+    samples: list[Any]
+    infos: list[dict[str, Any]]
+    rewards: np.ndarray
+    dones: np.ndarray
+    new_infos: list[dict[str, Any]]
+    policy_seconds: float
+
+
+def play_episodes(policy: Any, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]], *,
+                  deterministic: bool, on_step: Callable[[RolloutStep], bool | None]) -> bool:
+    """Play ``env``'s episodes from ``obs`` / ``infos`` (right after a group reset) until all are done.
+
+    :param on_step: called after every round; returning False stops the loop early.
+    :returns: False if ``on_step`` stopped it, else True.
+    """
+    histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
+    while env.active.any():
+        active = np.flatnonzero(env.active)
+        start = time.perf_counter()
+        with th.no_grad():
+            samples = policy.act([obs[i] for i in active], [infos[i] for i in active],
+                                 [histories[i] for i in active], deterministic=deterministic)
+        policy_seconds = time.perf_counter() - start
+        actions = np.full(env.num_envs, "", dtype=object)
+        for k, i in enumerate(active):
+            actions[i] = samples[k].text
+        new_obs, rewards, dones, new_infos = env.step(actions)
+        for k, i in enumerate(active):
+            histories[i].append((str(obs[i]), samples[k].text))
+        if on_step(RolloutStep(active, samples, infos, rewards, dones, new_infos, policy_seconds)) is False:
+            return False
+        obs, infos = new_obs, new_infos
+    return True
