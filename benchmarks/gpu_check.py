@@ -133,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                 "prompt_tokens_mean": sum(len(s.prompt_ids) for s in samples) / max(len(samples), 1),
                 "rollout_s": log["time/rollout_s"],
                 "credit_s": log["time/credit_s"],
-                "update_s": model._last_update_stats["update_s"],
+                "update_s": model.last_update_stats["update_s"],
                 "generated_tokens_per_s": log["time/action_tokens_per_s"],
                 "rollout_tokens_per_s": log["time/rollout_tokens_per_s"],
-                "update_tokens_per_s": model._last_update_stats["update_tokens_per_s"],
+                "update_tokens_per_s": model.last_update_stats["update_tokens_per_s"],
                 "env_steps_per_s": log["time/env_steps_per_s"],
                 "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             }

@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def build_tiny_model(env_kwargs: dict[str, Any], target: Path, seed: int) -> str:
     """A tiny random LM whose word-level tokenizer covers what ALFWorld prints (random play)."""
     from milegpo.policies import tiny_model
-    from milegpo.train import env_vocabulary
+    from milegpo.envs import env_vocabulary
 
     texts = env_vocabulary(ENV_ID, {**env_kwargs, "split": "train"}, episodes=10, seed=seed)
     return tiny_model(texts, target, seed=seed)

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from milegpo.cli import env_kwargs_type
 from milegpo.plots import METHOD_LABELS, read_progress
 from milegpo.train import TrainConfig, prepare_model, train
 
@@ -51,7 +50,7 @@ def parse_config(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespac
     parser.add_argument("--no-progress-bar", action="store_true")
     fields = parser.add_argument_group("TrainConfig fields (override --config)")
     fields.add_argument("--env", help="registered env id")
-    fields.add_argument("--env-kwargs", type=env_kwargs_type, help="JSON object of env arguments")
+    fields.add_argument("--env-kwargs", type=json.loads, help="JSON object of env arguments")
     fields.add_argument("--eval-splits", nargs="+", help="held-out splits")
     fields.add_argument("--steps", dest="total_timesteps", type=int, help="env-step budget of each run")
     fields.add_argument("--n-tasks", type=int, help="tasks per iteration")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from milegpo.credit import CREDIT_METHODS
+from milegpo.options import MODES, ROLLOUT_BACKENDS
 
 #: Functions adding one subcommand each to the ``milegpo`` parser, in help order.
 SUBCOMMANDS: list[Callable[[Any], None]] = []
@@ -165,7 +166,7 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
 }
 
 #: one algorithm per credit method (milegpo.algos.ALGORITHMS; the credit package imports no torch)
-TRAIN_CHOICES = {"algo": CREDIT_METHODS, "mode": ("choose", "generate"), "rollout_backend": ("hf", "vllm")}
+TRAIN_CHOICES = {"algo": CREDIT_METHODS, "mode": MODES, "rollout_backend": ROLLOUT_BACKENDS}
 #: split names meaning "no split"
 NO_SPLIT = ("none", "null")
 

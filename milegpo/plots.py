@@ -22,7 +22,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory  # noqa: E402
-from milegpo.credit.batch import LAST_BATCH_FILE, load_step_batch  # noqa: E402
+from milegpo.credit.batch import load_step_batch  # noqa: E402
+from milegpo.run_folder import (  # noqa: E402
+    CREDIT_DIAGNOSTICS_PNG,
+    EVAL_CURVE_FILE,
+    LAST_BATCH_FILE,
+    LEARNING_CURVE_PNG,
+    PROGRESS_FILE,
+    TRAJECTORY_CREDIT_PNG,
+)
 
 #: credit/* columns drawn in the diagnostics figure, with their axis titles.
 CREDIT_PANELS = {
@@ -61,7 +69,7 @@ def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: st
     steps = data.get("time/total_timesteps", [])
     fig, ax = plt.subplots(figsize=(6, 4))
     train = [(s, v) for s, v in zip(steps, data.get("rollout/success_rate", [])) if not math.isnan(v)]
-    eval_file = Path(progress_csv).with_name("eval.jsonl")
+    eval_file = Path(progress_csv).with_name(EVAL_CURVE_FILE)
     if eval_file.exists():
         rows = [json.loads(line) for line in eval_file.read_text().splitlines() if line.strip()]
         held_out = [(row["num_timesteps"], row["success_rate"]) for row in rows]
@@ -180,7 +188,7 @@ def plot_run_trajectory_credit(run_dir: str | Path, traj_id: int | None = None) 
             configs[algo] = {**configs.get(algo, {}), **(config.get("credit_kwargs") or {})}
     batch, meta = load_step_batch(run_dir / LAST_BATCH_FILE)
     title = f"{run_dir.name}, iteration {meta['iteration']}" if "iteration" in meta else run_dir.name
-    return plot_trajectory_credit(batch, traj_id, run_dir / "trajectory_credit.png", configs=configs, title=title)
+    return plot_trajectory_credit(batch, traj_id, run_dir / TRAJECTORY_CREDIT_PNG, configs=configs, title=title)
 
 
 def _shorten(text: object) -> str:
@@ -206,9 +214,9 @@ def _save(fig: plt.Figure, out_png: str | Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     run_dir = Path((argv or sys.argv[1:] or ["."])[0])
-    progress = run_dir / "progress.csv"
-    print(plot_learning_curve(progress, run_dir / "learning_curve.png"))
-    print(plot_credit_diagnostics(progress, run_dir / "credit_diagnostics.png"))
+    progress = run_dir / PROGRESS_FILE
+    print(plot_learning_curve(progress, run_dir / LEARNING_CURVE_PNG))
+    print(plot_credit_diagnostics(progress, run_dir / CREDIT_DIAGNOSTICS_PNG))
     trajectory_png = plot_run_trajectory_credit(run_dir)
     if trajectory_png is not None:
         print(trajectory_png)

@@ -21,13 +21,17 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
+from stable_baselines3.common.logger import (
+    CSVOutputFormat,
+    HumanOutputFormat,
+    KVWriter,
+    Logger,
+    TensorBoardOutputFormat,
+)
 
-from milegpo.credit.batch import LAST_BATCH_FILE, load_step_batch
-from milegpo.train import PROGRESS_FILE
+from milegpo.credit.batch import load_step_batch
+from milegpo.run_folder import JSONL_LOGS, LAST_BATCH_FILE, PROGRESS_FILE
 
-#: JSON-lines logs with an ``iteration`` field per row
-JSONL_LOGS = ("eval.jsonl", "credit_diagnostics.jsonl")
 #: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
 ITERATION_KEY = "time/iterations"
 

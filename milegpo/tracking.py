@@ -28,9 +28,10 @@ from typing import Any, Mapping
 import numpy as np
 from stable_baselines3.common.logger import KVWriter
 
+from milegpo.run_folder import TRACKERS_FILE
+
 #: the values ``report_to`` accepts (csv and stdout are always on)
 TRACKERS = ("tensorboard", "wandb", "mlflow")
-TRACKERS_FILE = "trackers.json"
 
 
 def parse_report_to(value: str | list[str] | tuple[str, ...]) -> list[str]:

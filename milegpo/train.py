@@ -1,19 +1,7 @@
 """Training runs: one config in, one run folder out (what ``milegpo train`` does).
 
-A run folder holds everything needed to read, plot, evaluate or resume the run::
-
-    RUN_DIR/
-      config.json              the full TrainConfig (resume and eval read it)
-      base_model/              the offline tiny model, when no --model was given
-      progress.csv             SB3's per-iteration log (rollout/*, train/*, credit/*, eval/*)
-      events.out.tfevents.*    the same numbers for TensorBoard
-      credit_diagnostics.jsonl milestones/traps of every update (the trainer writes it)
-      eval.jsonl               held-out success during training (EvalCallback)
-      checkpoints/             periodic checkpoints (a killed run resumes from the last)
-      final/                   the final checkpoint (LoRA adapter + optimizer + counters)
-      eval_final.json          held-out success per eval split at the end
-      env_errors.log           full tracebacks of env failures (the console gets one line each)
-      learning_curve.png, credit_diagnostics.png
+A run folder holds everything needed to read, plot, evaluate or resume the run (its
+layout and file names: :mod:`milegpo.run_folder`).
 
 A run killed at any moment (even ``kill -9``) resumes with ``train(config, run_dir,
 resume=True)`` (``milegpo train --resume RUN_DIR``) from its newest intact
@@ -43,14 +31,20 @@ from pathlib import Path
 from typing import Any
 
 from milegpo.credit import CREDIT_METHODS
-from milegpo.envs import UnknownEnvError, make_env
-
-CONFIG_FILE = "config.json"
-PROGRESS_FILE = "progress.csv"
-EVAL_FINAL_FILE = "eval_final.json"
-ENV_ERRORS_FILE = "env_errors.log"
-CHECKPOINTS_DIR = "checkpoints"
-FINAL_DIR = "final"
+from milegpo.options import (CANDIDATE_SCORES, CREDIT_PRESETS, MODES, ROLLOUT_BACKENDS, check_backend_for_mode,
+                             check_choice)
+from milegpo.envs import UnknownEnvError, env_vocabulary, make_env  # noqa: F401  (env_vocabulary: was here)
+from milegpo.run_folder import (  # noqa: F401
+    BASE_MODEL_DIR,
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    CREDIT_DIAGNOSTICS_PNG,
+    ENV_ERRORS_FILE,
+    EVAL_FINAL_FILE,
+    FINAL_DIR,
+    LEARNING_CURVE_PNG,
+    PROGRESS_FILE,
+)
 
 #: (field, smallest allowed value) of the integer fields
 _MIN_INTS = {"n_tasks": 1, "group_size": 1, "total_timesteps": 1, "n_epochs": 1, "micro_batch_tokens": 1,
@@ -134,8 +128,7 @@ class TrainConfig:
         """Raise ``ValueError`` naming the first bad field and what it accepts (no I/O, no torch)."""
         if self.algo not in CREDIT_METHODS:
             raise ValueError(f"algo must be one of {list(CREDIT_METHODS)}, got {self.algo!r}")
-        if self.mode not in ("choose", "generate"):
-            raise ValueError(f"mode must be 'choose' or 'generate', got {self.mode!r}")
+        check_choice("mode", self.mode, MODES)
         for name, smallest in _MIN_INTS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
@@ -150,15 +143,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
         if self.eval_temperature is not None and (not _number(self.eval_temperature) or self.eval_temperature <= 0):
             raise ValueError(f"eval_temperature must be > 0, or null for greedy evaluation, got {self.eval_temperature!r}")
-        if self.candidate_score not in ("sum", "mean"):
-            raise ValueError(f"candidate_score must be 'sum' or 'mean', got {self.candidate_score!r}")
-        if self.rollout_backend not in ("hf", "vllm"):
-            raise ValueError(f"rollout_backend must be 'hf' or 'vllm', got {self.rollout_backend!r}")
-        if self.rollout_backend == "vllm" and self.mode != "generate":
-            raise ValueError("rollout_backend 'vllm' samples generate-mode replies; choose mode scores the "
-                             "candidates with the trainer's model: use --mode generate or --rollout-backend hf")
-        if self.credit_preset not in (None, "alfworld", "webshop"):
-            raise ValueError(f"credit_preset must be 'alfworld', 'webshop' or null, got {self.credit_preset!r}")
+        check_choice("candidate_score", self.candidate_score, CANDIDATE_SCORES)
+        check_choice("rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
+        check_backend_for_mode(self.rollout_backend, self.mode)
+        if self.credit_preset is not None:
+            check_choice("credit_preset", self.credit_preset, CREDIT_PRESETS)
         if not isinstance(self.eval_splits, list):
             raise ValueError(f"eval_splits must be a list of split names (may be empty), got {self.eval_splits!r}")
         if not isinstance(self.report_to, list):
@@ -203,38 +192,11 @@ class TrainConfig:
         }
 
 
-def env_vocabulary(env_id: str, env_kwargs: dict[str, Any], episodes: int = 20, seed: int = 0) -> list[str]:
-    """Texts covering what ``env_id`` can print, for building a tiny model's tokenizer.
-
-    Uses the env's own ``vocabulary()`` when it has one; otherwise plays random
-    admissible commands for a few episodes and collects observations, tasks and
-    commands (words never seen map to the tokenizer's unknown token).
-    """
-    env = make_env(env_id, **env_kwargs)
-    if hasattr(env, "vocabulary"):
-        return list(env.vocabulary())
-    import random
-
-    rng = random.Random(seed)
-    texts: list[str] = []
-    for episode in range(episodes):
-        observation, info = env.reset(seed=seed + episode)
-        texts += [observation, info["task"], *(info["admissible_commands"] or [])]
-        done = False
-        while not done:
-            commands = info["admissible_commands"] or ["look"]
-            observation, _, terminated, truncated, info = env.step(rng.choice(commands))
-            texts += [observation, *(info["admissible_commands"] or [])]
-            done = terminated or truncated
-    env.close()
-    return texts
-
-
 def prepare_model(config: TrainConfig, run_dir: Path) -> str:
     """The model path of the run: ``config.model``, or a tiny model built offline in the run folder."""
     if config.model is not None:
         return config.model
-    target = run_dir / "base_model"
+    target = run_dir / BASE_MODEL_DIR
     if (target / "config.json").exists():
         return str(target)
     from milegpo.policies import PROMPT_TEMPLATES, tiny_model
@@ -351,7 +313,6 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     ``FileNotFoundError`` when ``resume`` names no run folder.
     """
     from milegpo.algos import distributed
-
     from milegpo.tracking import check_available
 
     check_setup(config)
@@ -395,7 +356,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
 
             model = ALGORITHMS[config.algo].load(checkpoint, env=env, device=device)
             if verbose:
-                print(f"Resuming from {checkpoint} at {model.num_timesteps} env steps (iteration {model._iterations})")
+                print(f"Resuming from {checkpoint} at {model.num_timesteps} env steps (iteration {model.iterations})")
         else:
             model = _new_model(config, env, model_path, verbose, device)
     except BaseException:
@@ -413,7 +374,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
         from milegpo.run_logs import configure_run_logger, rollback_logs
 
         if resume:  # cut the logs back to the checkpoint (everything, when starting over)
-            iteration = model._iterations if resumed else -1
+            iteration = model.iterations if resumed else -1
             dropped = rollback_logs(run_dir, iteration)
             if verbose and any(dropped.values()):
                 print(f"Logs cut back to iteration {iteration}: dropped " +
@@ -568,12 +529,16 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
 
 
 def write_plots(run_dir: Path) -> None:
-    from milegpo.plots import plot_credit_diagnostics, plot_learning_curve, plot_run_trajectory_credit
+    from milegpo.plots import (
+        plot_credit_diagnostics,
+        plot_learning_curve,
+        plot_run_trajectory_credit,
+    )
 
     progress = run_dir / PROGRESS_FILE
     if progress.exists() and progress.stat().st_size:
         config = TrainConfig.from_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).exists() else TrainConfig()
         eval_split = config.eval_splits[0] if config.eval_splits else None
-        plot_learning_curve(progress, run_dir / "learning_curve.png", title=run_dir.name, eval_split=eval_split)
-        plot_credit_diagnostics(progress, run_dir / "credit_diagnostics.png", title=run_dir.name)
+        plot_learning_curve(progress, run_dir / LEARNING_CURVE_PNG, title=run_dir.name, eval_split=eval_split)
+        plot_credit_diagnostics(progress, run_dir / CREDIT_DIAGNOSTICS_PNG, title=run_dir.name)
     plot_run_trajectory_credit(run_dir)  # trajectory_credit.png from last_batch.npz (nothing without one)

@@ -25,15 +25,8 @@ from milegpo.algos import (
 )
 from milegpo.envs.house import HouseEnv
 from milegpo.envs.vec_env import make_vec_env
-from milegpo.policies import tiny_model
 
 HORIZON = 6
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    th.set_num_threads(1)
-    return tiny_model(HouseEnv.vocabulary(), tmp_path_factory.mktemp("tiny"), hidden_size=32, num_layers=1, num_heads=2)
 
 
 def house(n_tasks: int = 2, group_size: int = 2, split: str = "train", seed: int = 0):

@@ -112,8 +112,12 @@ def test_unfinished_rollout_is_refused() -> None:
 @pytest.mark.parametrize("batch_size", [None, 1, 3, 4, 100])
 def test_minibatches_cover_every_row_once(filled: TextRolloutBuffer, batch_size: int | None) -> None:
     filled.compute_credit("grpo")
-    batches = list(filled.get(np.random.default_rng(0), batch_size=batch_size))
+    minibatches = list(filled.get(np.random.default_rng(0), batch_size=batch_size))
+    batches = [m.rows for m in minibatches]
     rows = np.concatenate(batches)
+    for m in minibatches:  # typed samples aligned with their rows, the counts of the whole minibatch
+        assert m.samples == [filled.samples[r] for r in m.rows] and np.array_equal(m.advantages, filled.advantages[m.rows])
+        assert m.n_seqs == len(m.rows) and m.n_units == sum(len(s.old_logprobs) for s in m.samples)
     assert sorted(rows.tolist()) == list(range(10))
     assert all(len(b) <= (batch_size or 10) for b in batches)
     assert len(batches) == -(-10 // (batch_size or 10))
@@ -124,7 +128,7 @@ def test_token_budget_minibatches(filled: TextRolloutBuffer) -> None:
     filled.compute_credit("grpo")
     tokens = filled.row_tokens()
     assert tokens.tolist() == [5] * 10  # prompt 4 + one action word
-    batches = list(filled.get(np.random.default_rng(1), mini_batch_tokens=12))
+    batches = [m.rows for m in filled.get(np.random.default_rng(1), mini_batch_tokens=12)]
     assert sorted(np.concatenate(batches).tolist()) == list(range(10))
     assert all(tokens[b].sum() <= 12 for b in batches) and [len(b) for b in batches] == [2, 2, 2, 2, 2]
     with pytest.raises(ValueError, match="not both"):

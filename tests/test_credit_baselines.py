@@ -220,3 +220,16 @@ def test_the_old_credit_location_is_the_same_modules():
     from milegpo.algos.credit.batch import StepBatch as OldStepBatch
 
     assert OldStepBatch is StepBatch and old.compute_credit is compute_credit
+
+
+def test_concat_keeps_tasks_apart_and_trajectory_ids_unique():
+    first = StepBatch.from_trajectories([["s", "a", "b"], ["s", "c"]], success=[True, False])
+    second = StepBatch.from_trajectories([["s", "a"], ["s", "d", "e"]], success=[False, True])
+    both = StepBatch.concat([first, second], task_offsets=[0, 1])
+    assert both.num_steps == 6 and both.num_trajectories == 4
+    assert both.traj_ids.tolist() == [0, 0, 1, 2, 3, 3] and both.task_ids.tolist() == [0, 0, 0, 1, 1, 1]
+    for method in CREDIT_METHODS:  # credit is per task: the same as each batch alone
+        alone = np.concatenate([compute_credit(method, b).advantages for b in (first, second)])
+        assert compute_credit(method, both).advantages == approx(alone)
+    same_task = StepBatch.concat([first, second])  # no offsets: one task of four trajectories
+    assert set(same_task.task_ids.tolist()) == {0}

@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 import torch as th
 
-from milegpo.envs.house import HouseEnv
-from milegpo.policies import tiny_model
 
 WORKER = str(Path(__file__).with_name("distributed_worker.py"))
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -28,11 +26,6 @@ def torchrun(*args: str, nproc: int = 2, timeout: float = 300) -> subprocess.Com
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(29500 + os.getpid() % 1000), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV)
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return tiny_model(HouseEnv.vocabulary(), tmp_path_factory.mktemp("tiny"), hidden_size=32, num_layers=1, num_heads=2)
 
 
 @pytest.mark.slow

@@ -52,79 +52,43 @@ Only rank 0 should be given a logger that writes.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import logging
 import os
 import sys
 import time
-from collections import deque
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback, ProgressBarCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-import milegpo
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
-from milegpo.algos.buffer import TextRolloutBuffer, split_by_tokens, step_tokens
+from milegpo.algos.buffer import RolloutMinibatch, TextRolloutBuffer, split_by_tokens, step_tokens
+from milegpo.algos.callbacks import TextProgressBarCallback
 from milegpo.algos.loss import LOSS_AGGREGATIONS, pad_right, policy_loss
+from milegpo.algos.persistence import CheckpointMixin
 from milegpo.algos.rollout import RolloutStep, play_episodes
 from milegpo.credit import StepBatch, compute_credit, make_credit_config
-from milegpo.credit.batch import LAST_BATCH_FILE, save_step_batch
+from milegpo.credit.batch import save_step_batch
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.policies import LLMPolicy
+from milegpo.options import CREDIT_PRESETS
+from milegpo.run_folder import CREDIT_DIAGNOSTICS_FILE, LAST_BATCH_FILE
 
 logger = logging.getLogger(__name__)
 
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
 
 
-#: Constructor arguments saved in a checkpoint's config (all plain values).
-HYPERPARAMETERS = (
-    "learning_rate",
-    "n_epochs",
-    "batch_size",
-    "mini_batch_tokens",
-    "micro_batch_tokens",
-    "clip_range",
-    "loss_agg",
-    "kl_coef",
-    "ent_coef",
-    "max_grad_norm",
-    "weight_decay",
-    "credit_kwargs",
-    "credit_preset",
-    "stats_window_size",
-    "seed",
-)
-#: Where a hyperparameter lives on the algorithm when SB3 keeps it under another name.
-_ATTRIBUTE = {"stats_window_size": "_stats_window_size"}
-
-
-class TextProgressBarCallback(ProgressBarCallback):
-    """SB3's progress bar, advanced by env steps of active envs (SB3 adds ``num_envs`` per call);
-    it stops at its total (the last rollout runs past the budget to finish its episodes)."""
-
-    def _on_step(self) -> bool:
-        done = min(self.model.num_timesteps - self._start, self.pbar.total)
-        self.pbar.update(done - self.pbar.n)
-        return True
-
-    def _on_training_start(self) -> None:
-        super()._on_training_start()
-        self._start = self.model.num_timesteps
-
-
-class GroupRLAlgorithm(OnPolicyAlgorithm):
+class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
     """Critic-free group RL for text agents (the base of MileGPO, GraphGPO, GiGPO, GRPO).
 
     :param policy: ``"LLMPolicy"`` or a policy class with the LLMPolicy interface.
@@ -166,7 +130,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     #: The credit method of :func:`milegpo.credit.compute_credit` (set by subclasses).
     credit_method: ClassVar[str] = ""
     #: Env presets accepted by ``credit_preset``.
-    credit_presets: ClassVar[tuple[str, ...]] = ("alfworld", "webshop")
+    credit_presets: ClassVar[tuple[str, ...]] = CREDIT_PRESETS
     #: Whether the credit config has per-env presets (MileGPO); the baselines use the
     #: same config on every env, so a preset changes nothing for them.
     credit_config_has_presets: ClassVar[bool] = False
@@ -257,6 +221,16 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self._last_update_stats: dict[str, float] = {}
         if _init_setup_model:
             self._setup_model()
+
+    @property
+    def iterations(self) -> int:
+        """Completed iterations (a rollout and its update) over all sessions of the run."""
+        return int(self._iterations)
+
+    @property
+    def last_update_stats(self) -> dict[str, float]:
+        """Wall time, tokens/s and optimizer steps of the last update (empty before the first)."""
+        return dict(self._last_update_stats)
 
     # ------------------------------------------------------------- setup
     def _setup_model(self) -> None:
@@ -484,7 +458,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             return
         row = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps, "method": self.credit_method,
                "success_rate": stats["success_rate"], "diagnostics": diagnostics}
-        with open(os.path.join(folder, "credit_diagnostics.jsonl"), "a") as f:
+        with open(os.path.join(folder, CREDIT_DIAGNOSTICS_FILE), "a") as f:
             f.write(json.dumps(row, default=ckpt.to_builtin) + "\n")
 
     def _write_last_batch(self, batch: StepBatch | None) -> None:
@@ -519,20 +493,15 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         skipped, steps, tokens_done = 0, 0, 0
         start = time.perf_counter()
         has_rows = buffer.advantages is not None and len(buffer.advantages) > 0
-        samples = buffer.samples if has_rows else []
-        advantages = buffer.advantages if has_rows else np.zeros(0)
-        row_tokens = buffer.row_tokens() if has_rows else np.zeros(0, dtype=np.int64)
-        row_units = np.array([len(sample.old_logprobs) for sample in samples], dtype=np.int64)
         for _ in range(self.n_epochs if has_rows or self.world.distributed else 0):
             # minibatches of the global batch (every rank's rows; just this rollout's with one process)
-            for rows, n_units, n_seqs in distributed.global_minibatches(
-                    self._rng, row_tokens, row_units, self.world, self.batch_size, self.mini_batch_tokens):
-                if n_seqs == 0:
+            for minibatch in buffer.get(self._rng, self.batch_size, self.mini_batch_tokens, self.world):
+                if minibatch.n_seqs == 0:
                     continue
-                ok, info = self._optimizer_step(rows, samples, advantages, row_tokens, n_units, n_seqs)
+                ok, info = self._optimizer_step(minibatch)
                 steps += 1
                 skipped += not ok
-                tokens_done += int(row_tokens[rows].sum())
+                tokens_done += int(minibatch.tokens.sum())
                 for key, value in info.items():
                     sums[key] = sums.get(key, 0.0) + value
         self.policy.after_update()  # the sampler (a vLLM engine) samples from the new weights from now on
@@ -570,10 +539,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             if not cb.logs_to_row:
                 cb.on_iteration_end()
 
-    def _optimizer_step(
-        self, rows: np.ndarray, samples: list[Any], advantages: np.ndarray, row_tokens: np.ndarray,
-        n_units: int, n_seqs: int,
-    ) -> tuple[bool, dict[str, float]]:
+    def _optimizer_step(self, minibatch: RolloutMinibatch) -> tuple[bool, dict[str, float]]:
         """One optimizer step on minibatch ``rows`` (gradients accumulated over micro-batches).
 
         ``n_units`` / ``n_seqs`` are the units and rows of the whole minibatch, over all ranks:
@@ -585,16 +551,17 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
         with_entropy = self.ent_coef != 0.0
-        rows = rows[np.argsort(row_tokens[rows], kind="stable")]  # similar lengths together: less padding
-        for micro in split_by_tokens(rows, row_tokens, self.micro_batch_tokens):
-            batch = [samples[r] for r in micro]
+        n_units, n_seqs = minibatch.n_units, minibatch.n_seqs
+        order = np.argsort(minibatch.tokens, kind="stable")  # similar lengths together: less padding
+        for micro in split_by_tokens(order, minibatch.tokens, self.micro_batch_tokens):
+            batch = [minibatch.samples[k] for k in micro]
             logp, mask, entropy = self.policy.evaluate_actions(batch, with_entropy=with_entropy)
             ref_logp = None
             if self.kl_coef != 0.0:
                 with th.no_grad():
                     ref_logp, _, _ = self.policy.evaluate_actions(batch, use_reference=True)
             old = pad_right([np.asarray(s.old_logprobs, dtype=np.float32) for s in batch], logp.shape[1], logp.device)
-            out = policy_loss(logp, old, th.as_tensor(advantages[micro], device=logp.device), mask,
+            out = policy_loss(logp, old, th.as_tensor(minibatch.advantages[micro], device=logp.device), mask,
                               clip_range=self.clip_range, n_units=n_units, n_seqs=n_seqs, loss_agg=self.loss_agg,
                               ref_logp=ref_logp, kl_coef=self.kl_coef, entropy=entropy, ent_coef=self.ent_coef)
             out.loss.backward()
@@ -629,130 +596,6 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
 
         return evaluate(self, env, n_episodes=n_episodes, task_seeds=task_seeds, deterministic=deterministic,
                         temperature=temperature, seed=seed, progress=progress)
-
-    # -------------------------------------------------------- save / load
-    def _config(self) -> dict[str, Any]:
-        hyper = {name: getattr(self, _ATTRIBUTE.get(name, name)) for name in HYPERPARAMETERS}
-        if callable(hyper["learning_rate"]):  # a schedule is code, not JSON: store its current value
-            hyper["learning_rate"] = float(self.lr_schedule(self._current_progress_remaining))
-            logger.warning("the learning-rate schedule is saved as its current value %g", hyper["learning_rate"])
-        policy_class = next((name for name, cls in self.policy_aliases.items() if cls is self.policy_class),
-                            f"{self.policy_class.__module__}:{self.policy_class.__qualname__}")
-        return {
-            "format": ckpt.FORMAT,
-            "format_version": ckpt.FORMAT_VERSION,
-            "milegpo_version": milegpo.__version__,
-            "algorithm": type(self).__name__,
-            "credit_method": self.credit_method,
-            "hyperparameters": hyper,
-            "policy": {"class": policy_class, "kwargs": self.policy_kwargs},
-            "base_model": self._base_model_fingerprint(),
-            "counters": {
-                "num_timesteps": self.num_timesteps,
-                "n_updates": self._n_updates,
-                "iterations": self._iterations,
-                "skipped_steps": self._skipped_steps,
-                "episode_num": self._episode_num,
-                "total_timesteps": self._total_timesteps,
-                "current_progress_remaining": self._current_progress_remaining,
-                "time_elapsed_s": self.time_elapsed(),
-            },
-            "seeds": {"seed": self.seed, "task_seed_base": self.task_seed_base},
-            "rng": {"minibatch": self._rng.bit_generator.state},
-        }
-
-    def _base_model_fingerprint(self) -> dict[str, Any]:
-        """What identifies the base model: its name/path and architecture sizes."""
-        config = self.policy.model.config
-        keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size", "n_embd", "n_layer")
-        return {"name_or_path": str(self.policy_kwargs.get("model", "")),
-                **{k: getattr(config, k) for k in keys if getattr(config, k, None) is not None}}
-
-    def save(self, path: str | os.PathLike, exclude: Any = None, include: Any = None) -> None:  # type: ignore[override]
-        """Save a checkpoint directory at ``path`` (LoRA adapter, optimizer state, JSON config and counters).
-
-        Written atomically (temporary directory + rename). ``exclude``/``include`` of
-        SB3's signature are not supported: the checkpoint content is fixed.
-        """
-        if exclude is not None or include is not None:
-            raise ValueError("milegpo checkpoints have a fixed content: exclude/include are not supported")
-        ckpt.write_checkpoint(path, self._config(), self.policy, self.optimizer)
-
-    @classmethod
-    def load(  # type: ignore[override]
-        cls: type[SelfGroupRL],
-        path: str | os.PathLike,
-        env: GymEnv | None = None,
-        device: th.device | str = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        **kwargs: Any,
-    ) -> SelfGroupRL:
-        """Load a checkpoint saved by :meth:`save`; training resumes from its counters.
-
-        :param env: the vec env to continue training on (None: prediction only).
-        :param kwargs: hyperparameters to change (e.g. ``learning_rate``); ``policy_kwargs``
-            may be given only if equal to the saved ones.
-        Raises :class:`~milegpo.algos.checkpoint.CheckpointError` for a missing, corrupt or
-        mismatching checkpoint (other algorithm, other base model, adapter that does not fit).
-        """
-        path = Path(path)
-        config = ckpt.read_config(path)
-        if config["algorithm"] != cls.__name__:
-            raise ckpt.CheckpointError(
-                f"checkpoint {str(path)!r} was saved by {config['algorithm']}; load it with "
-                f"milegpo.{config['algorithm']}.load(...)"
-            )
-        saved_policy_kwargs = config["policy"].get("kwargs") or {}
-        if "policy_kwargs" in kwargs and kwargs.pop("policy_kwargs") != saved_policy_kwargs:
-            raise ValueError(f"policy_kwargs differ from the saved ones: {saved_policy_kwargs}")
-        policy_class: str | type = config["policy"]["class"]
-        if policy_class not in cls.policy_aliases:
-            module, _, name = str(policy_class).partition(":")
-            policy_class = getattr(importlib.import_module(module), name)
-        hyper = {**config["hyperparameters"], **kwargs}
-        model = cls(policy_class, env, device=device, _init_setup_model=False)  # type: ignore[arg-type]
-        for name, value in hyper.items():
-            if name not in HYPERPARAMETERS:
-                raise TypeError(f"{cls.__name__}.load() got an unexpected hyperparameter {name!r}")
-            setattr(model, _ATTRIBUTE.get(name, name), value)
-        model.policy_kwargs = dict(saved_policy_kwargs)
-        model.credit_kwargs = dict(model.credit_kwargs or {})
-        model.task_seed_base = int(config.get("seeds", {}).get("task_seed_base", model.task_seed_base))
-        model._setup_model()
-
-        fingerprint = model._base_model_fingerprint()
-        if fingerprint != config["base_model"]:
-            raise ckpt.CheckpointError(
-                f"checkpoint {str(path)!r} was trained on base model {config['base_model']}, "
-                f"but the policy loaded {fingerprint}"
-            )
-        try:
-            model.policy.load_adapter(str(path / ckpt.ADAPTER_DIR))
-        except Exception as exc:
-            raise ckpt.CheckpointError(
-                f"the LoRA adapter in {str(path / ckpt.ADAPTER_DIR)!r} does not fit the policy "
-                f"({type(exc).__name__}: {exc})"
-            ) from None
-        ckpt.load_optimizer_state(path, model.optimizer, model.device)
-
-        counters = config["counters"]
-        model.num_timesteps = int(counters["num_timesteps"])
-        model._n_updates = int(counters["n_updates"])
-        model._iterations = int(counters["iterations"])
-        model._skipped_steps = int(counters.get("skipped_steps", 0))
-        model._episode_num = int(counters.get("episode_num", 0))
-        model._total_timesteps = int(counters.get("total_timesteps", 0))
-        model._current_progress_remaining = float(counters.get("current_progress_remaining", 1.0))
-        model._elapsed_before = float(counters.get("time_elapsed_s", 0.0))
-        state = config.get("rng", {}).get("minibatch")
-        if state is not None:
-            model._rng.bit_generator.state = state
-        model.ep_info_buffer = deque(maxlen=model._stats_window_size)
-        model.ep_success_buffer = deque(maxlen=model._stats_window_size)
-        return model
 
 
 def _optimizer_arguments(optimizer_class: Any) -> set[str]:

@@ -125,6 +125,24 @@ def minibatch_rows(rng: np.random.Generator, row_tokens: np.ndarray, batch_size:
     return [order[start : start + size] for start in range(0, len(order), size)]
 
 
+@dataclass
+class RolloutMinibatch:
+    """This process's share of one optimizer step (like SB3's ``RolloutBufferSamples``).
+
+    ``samples[k]``, ``advantages[k]`` and ``tokens[k]`` belong to buffer row ``rows[k]``;
+    ``n_units`` / ``n_seqs`` are the units (tokens or choices) and steps of the whole
+    minibatch over every process, for the loss normalisation. With several processes a
+    rank's share may be empty (it still takes part in the gradient sum).
+    """
+
+    rows: np.ndarray
+    samples: list[Any]
+    advantages: np.ndarray
+    tokens: np.ndarray
+    n_units: int
+    n_seqs: int
+
+
 class TextRolloutBuffer:
     """Grouped text episodes of one rollout, their credit, and minibatches of steps.
 
@@ -247,21 +265,40 @@ class TextRolloutBuffer:
         """(N,) tokens a forward pass over each row processes (see :func:`step_tokens`)."""
         return np.array([step_tokens(s) for s in self.samples], dtype=np.int64)
 
-    def get(
-        self,
-        rng: np.random.Generator,
-        batch_size: int | None = None,
-        mini_batch_tokens: int | None = None,
-    ) -> Iterator[np.ndarray]:
-        """Yield shuffled minibatches of row indices covering every row exactly once.
+    def get(self, rng: np.random.Generator, batch_size: int | None = None, mini_batch_tokens: int | None = None,
+            world: Any = None) -> Iterator[RolloutMinibatch]:
+        """Shuffled minibatches covering every step exactly once, one per optimizer step.
 
-        A minibatch (one optimizer step) holds ``batch_size`` steps, or as many
-        steps as fit in ``mini_batch_tokens`` tokens; with neither, the whole
-        rollout is one minibatch. Read ``samples[r]`` and ``advantages[r]`` for row ``r``.
+        A minibatch holds ``batch_size`` steps, or as many steps as fit in
+        ``mini_batch_tokens`` tokens; with neither, the whole rollout is one minibatch.
+        With a data-parallel ``world`` (:mod:`milegpo.algos.distributed`) the minibatches
+        are cut from the global batch (every rank's steps, rank 0's first) with the same
+        permutation on every rank - those one process would make of the whole batch - and
+        each rank gets its own steps of them.
         """
-        if self.advantages is None:
+        distributed = world is not None and world.distributed
+        if self.advantages is None and not distributed:
             raise RuntimeError("call compute_credit() before get()")
-        yield from minibatch_rows(rng, self.row_tokens(), batch_size, mini_batch_tokens)
+        n_rows = 0 if self.advantages is None else len(self.advantages)
+        tokens = self.row_tokens() if n_rows else np.zeros(0, dtype=np.int64)
+        units = np.array([len(self.samples[r].old_logprobs) for r in range(n_rows)], dtype=np.int64)
+        if not distributed:
+            for rows in minibatch_rows(rng, tokens, batch_size, mini_batch_tokens):
+                yield self._minibatch(rows, tokens, int(units[rows].sum()), len(rows))
+            return
+        from milegpo.algos.distributed import all_gather_objects
+
+        tokens_per_rank, units_per_rank = all_gather_objects(tokens, world), all_gather_objects(units, world)
+        all_tokens, all_units = np.concatenate(tokens_per_rank), np.concatenate(units_per_rank)
+        offset = sum(len(t) for t in tokens_per_rank[: world.rank])
+        for rows in minibatch_rows(rng, all_tokens, batch_size, mini_batch_tokens):
+            mine = rows[(rows >= offset) & (rows < offset + n_rows)] - offset
+            yield self._minibatch(mine, tokens, int(all_units[rows].sum()), len(rows))
+
+    def _minibatch(self, rows: np.ndarray, tokens: np.ndarray, n_units: int, n_seqs: int) -> RolloutMinibatch:
+        advantages = self.advantages[rows] if len(rows) else np.zeros(0)
+        return RolloutMinibatch(rows=rows, samples=[self.samples[r] for r in rows], advantages=advantages,
+                                tokens=tokens[rows], n_units=n_units, n_seqs=n_seqs)
 
     # ------------------------------------------------------------ stats
     def stats(self) -> dict[str, float]:

@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, ProgressBarCallback
 
 from milegpo.algos.checkpoint import to_builtin
 from milegpo.algos.evaluation import evaluate
@@ -51,7 +51,7 @@ class _IterationCallback(BaseCallback):
         return True
 
     def _iterations(self) -> int:
-        return int(self.model._iterations)
+        return self.model.iterations
 
     def on_iteration_end(self) -> None:
         """Called by the trainer after each update."""
@@ -154,3 +154,17 @@ class EvalCallback(_IterationCallback):
                 f.write(json.dumps({**row, "per_task": result["per_task"]}, default=to_builtin) + "\n")
         if self.verbose >= 1:
             print(f"[{self.log_name}] {self.model.num_timesteps} steps: success {result['success_rate']:.3f}")
+
+
+class TextProgressBarCallback(ProgressBarCallback):
+    """SB3's progress bar, advanced by env steps of active envs (SB3 adds ``num_envs`` per call);
+    it stops at its total (the last rollout runs past the budget to finish its episodes)."""
+
+    def _on_step(self) -> bool:
+        done = min(self.model.num_timesteps - self._start, self.pbar.total)
+        self.pbar.update(done - self.pbar.n)
+        return True
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        self._start = self.model.num_timesteps

@@ -11,7 +11,7 @@ import importlib
 import sys
 import warnings
 
-import milegpo.credit
+import milegpo.credit  # noqa: F401  (the package is the alias target)
 from milegpo.credit import *  # noqa: F401,F403  the public names, unchanged
 from milegpo.credit import __all__  # noqa: F401
 

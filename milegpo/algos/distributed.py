@@ -7,7 +7,7 @@ runs its own envs, sampler and credit, and only these cross processes:
 * each rank's :class:`~milegpo.credit.StepBatch`, gathered on rank 0 for the
   credit diagnostics and the trajectory plot (rank 0 logs those of the global batch);
 * each row's token and unit counts, so that every rank cuts the *global* batch into
-  the same minibatches (:func:`global_minibatches`) and normalises its loss by the
+  the same minibatches (:meth:`milegpo.algos.buffer.TextRolloutBuffer.get`) and normalises its loss by the
   global minibatch size;
 * the LoRA gradients, summed (:func:`all_reduce_gradients`), so every rank applies
   the same update: N ranks on a global batch give the weights 1 rank gives.
@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch as th
 import torch.distributed as dist
 
-from milegpo.algos.buffer import minibatch_rows
 from milegpo.credit import StepBatch
 
 #: How long a rank waits in a collective for the others (rank 0 evaluates while they wait).
@@ -143,44 +141,10 @@ def gather_to_main(value: Any, world: World) -> list[Any] | None:
     return out
 
 
-def global_minibatches(
-    rng: np.random.Generator, row_tokens: np.ndarray, row_units: np.ndarray, world: World,
-    batch_size: int | None = None, mini_batch_tokens: int | None = None,
-) -> Iterator[tuple[np.ndarray, int, int]]:
-    """Cut the global batch (every rank's rows, rank 0's first) into shuffled minibatches.
-
-    Every rank draws the same permutation from ``rng`` (same state on all ranks) over
-    the global rows, so the minibatches are those one process would make of the whole
-    batch. Yields, per minibatch, this rank's local rows (possibly none), the global
-    number of units (tokens or choices) and of rows, for the loss normalisation.
-    """
-    tokens_per_rank = all_gather_objects(np.asarray(row_tokens, dtype=np.int64), world)
-    units_per_rank = all_gather_objects(np.asarray(row_units, dtype=np.int64), world)
-    all_tokens, all_units = np.concatenate(tokens_per_rank), np.concatenate(units_per_rank)
-    offset = sum(len(t) for t in tokens_per_rank[: world.rank])
-    n_local = len(tokens_per_rank[world.rank])
-    for rows in minibatch_rows(rng, all_tokens, batch_size, mini_batch_tokens):
-        mine = rows[(rows >= offset) & (rows < offset + n_local)] - offset
-        yield mine, int(all_units[rows].sum()), len(rows)
-
-
 def merge_step_batches(batches: Sequence[StepBatch], groups_per_rank: int) -> StepBatch:
     """One StepBatch of the ranks' batches (rank order), task ids offset by ``groups_per_rank``
     per rank: the batch a single process with all the groups would have built."""
-    traj_offsets = np.cumsum([0, *[len(b.outcomes) for b in batches[:-1]]])
-    return StepBatch(
-        task_ids=np.concatenate([b.task_ids + r * groups_per_rank for r, b in enumerate(batches)]),
-        traj_ids=np.concatenate([b.traj_ids + off for b, off in zip(batches, traj_offsets)]),
-        step_idx=np.concatenate([b.step_idx for b in batches]),
-        state_keys=np.concatenate([b.state_keys for b in batches]),
-        next_state_keys=np.concatenate([b.next_state_keys for b in batches]),
-        actions=np.concatenate([b.actions for b in batches]),
-        rewards=np.concatenate([b.rewards for b in batches]),
-        valid=np.concatenate([b.valid for b in batches]),
-        dones=np.concatenate([b.dones for b in batches]),
-        outcomes=np.concatenate([b.outcomes for b in batches]),
-        success=np.concatenate([b.success for b in batches]),
-    )
+    return StepBatch.concat(batches, task_offsets=[r * groups_per_rank for r in range(len(batches))])
 
 
 def reduce_rollout_stats(stats: dict[str, float], world: World) -> dict[str, float]:

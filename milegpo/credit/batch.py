@@ -138,6 +138,23 @@ class StepBatch:
                       for k, v in cols.items()},
                    outcomes=np.array(z, dtype=np.float64), success=np.array(success, dtype=bool))
 
+    @classmethod
+    def concat(cls, batches: Sequence[StepBatch], task_offsets: Sequence[int] | None = None) -> StepBatch:
+        """The rows of ``batches`` one after the other; trajectory ids are renumbered so they stay
+        unique, and batch ``k``'s task ids are shifted by ``task_offsets[k]`` (default: none, so
+        equal task ids of different batches are the same task)."""
+        if not batches:
+            raise ValueError("StepBatch.concat needs at least one batch")
+        task_offsets = [0] * len(batches) if task_offsets is None else list(task_offsets)
+        if len(task_offsets) != len(batches):
+            raise ValueError(f"{len(task_offsets)} task offsets for {len(batches)} batches")
+        traj_offsets = np.cumsum([0, *[b.num_trajectories for b in batches[:-1]]])
+        fields = {name: np.concatenate([getattr(b, name) for b in batches])
+                  for name in ("step_idx", "state_keys", "next_state_keys", "actions", "rewards", "valid", "dones",
+                               "outcomes", "success")}
+        return cls(task_ids=np.concatenate([b.task_ids + off for b, off in zip(batches, task_offsets)]),
+                   traj_ids=np.concatenate([b.traj_ids + off for b, off in zip(batches, traj_offsets)]), **fields)
+
     def success_mask(self, threshold: float | None = None) -> np.ndarray:
         """(T,) bool - success per trajectory: ``success`` as given when
         ``threshold`` is None, else ``outcomes >= threshold`` (continuous scores,
@@ -173,8 +190,6 @@ class CreditResult:
     components: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-#: The file in a run's log folder holding the last iteration's StepBatch (written by the trainer).
-LAST_BATCH_FILE = "last_batch.npz"
 _NUMERIC_FIELDS = ("task_ids", "traj_ids", "step_idx", "rewards", "valid", "dones", "outcomes", "success")
 _TEXT_FIELDS = ("state_keys", "next_state_keys", "actions")
 

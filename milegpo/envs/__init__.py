@@ -12,6 +12,7 @@ from typing import Any
 
 from milegpo.envs.core import TextEnv, TextSpace, normalize_text
 from milegpo.envs.registration import UnknownEnvError, check_env_id, make_env, register_env, registered_env_ids
+from milegpo.envs.vocabulary import env_vocabulary
 
 _LAZY = {"GroupedTextVecEnv": "milegpo.envs.vec_env", "make_vec_env": "milegpo.envs.vec_env"}
 
@@ -24,6 +25,7 @@ __all__ = [
     "make_env",
     "register_env",
     "registered_env_ids",
+    "env_vocabulary",
     *_LAZY,
 ]
 

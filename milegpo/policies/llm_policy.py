@@ -33,7 +33,6 @@ import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +41,13 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 
+from milegpo.options import CANDIDATE_SCORES, MODES, ROLLOUT_BACKENDS, check_backend_for_mode, check_choice
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder
-from milegpo.policies.sampling import HFSampler, Sampler, cache_argument, output_cache
+from milegpo.policies.sample import ActionSample
+from milegpo.policies.sampling import HFSampler, Sampler
+from milegpo.policies.scoring import candidate_logprobs, completion_logprobs
 
-MODES = ("choose", "generate")
-CANDIDATE_SCORES = ("sum", "mean")
-ROLLOUT_BACKENDS = ("hf", "vllm")
 POLICY_FILE = "policy.json"
 
 #: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
@@ -58,133 +57,6 @@ DEFAULT_TARGET_MODULES: dict[str, list[str]] = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
 }
 DEFAULT_LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
-
-
-@dataclass
-class ActionSample:
-    """One step's action as sampled, with what is needed to re-score it in training.
-
-    :param text: the action sent to the env (generate mode: the parsed
-        ``<action>`` content, or the raw reply when unparsable).
-    :param prompt_ids: the prompt tokens.
-    :param action_ids: generate: the generated tokens (stop token included);
-        choose: the chosen candidate's tokens.
-    :param candidate_ids: choose mode: the tokens of every candidate; else None.
-    :param chosen: choose mode: the index of the chosen candidate; else None.
-    :param old_logprobs: float32 log-probs of the units as sampled: one per
-        generated token (generate) or ``[log pi(chosen)]`` (choose).
-    :param parsed: generate mode: an ``<action>`` tag was found; choose: True.
-    :param raw_text: generate mode: the whole decoded reply.
-    :param sampler_logprobs: generate mode with another sampler than the trainer's model
-        (vLLM): the log-probs the sampler reported, when ``old_logprobs`` were recomputed.
-    """
-
-    text: str
-    prompt_ids: list[int]
-    action_ids: list[int]
-    candidate_ids: list[list[int]] | None
-    chosen: int | None
-    old_logprobs: np.ndarray
-    parsed: bool
-    raw_text: str = ""
-    sampler_logprobs: np.ndarray | None = None
-
-
-def completion_logprobs(
-    model: th.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    pad_id: int,
-    temperature: float = 1.0,
-    with_entropy: bool = False,
-    use_position_ids: bool = True,
-) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
-    """Per-token log-probs of each completion given its prompt, in one padded forward pass.
-
-    Rows are ``[pad … prompt | completion … pad]``; with ``use_position_ids`` the
-    positions count real tokens only (``use_position_ids=False`` exists to show
-    what goes wrong without them). Returns ``(logp [B, C], mask [B, C], entropy
-    [B, C] | None)`` in float32 with ``C`` the longest completion; logits are
-    divided by ``temperature``.
-    """
-    if len(prompts) != len(completions):
-        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-    if any(len(c) == 0 for c in completions) or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts and completions must be non-empty")
-    device = next(model.parameters()).device
-    n, p_len, c_len = len(prompts), max(map(len, prompts)), max(map(len, completions))
-    ids = th.full((n, p_len + c_len), pad_id, dtype=th.long)
-    mask = th.zeros((n, p_len + c_len), dtype=th.long)
-    for i, (p, c) in enumerate(zip(prompts, completions)):
-        ids[i, p_len - len(p) : p_len] = th.as_tensor(list(p))
-        ids[i, p_len : p_len + len(c)] = th.as_tensor(list(c))
-        mask[i, p_len - len(p) : p_len + len(c)] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    kwargs: dict[str, Any] = {}
-    if use_position_ids:
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
-    # logits at positions p_len-1 … p_len+c_len-2 predict the completion tokens
-    out = model(input_ids=ids, attention_mask=mask, logits_to_keep=c_len + 1, use_cache=False, **kwargs)
-    logits = out.logits[:, :-1].float() / temperature
-    targets = ids[:, p_len:]
-    logz = logits.logsumexp(-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
-    comp_mask = mask[:, p_len:].bool()
-    logp = logp.masked_fill(~comp_mask, 0.0)
-    entropy = None
-    if with_entropy:
-        log_probs = logits - logz.unsqueeze(-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1).masked_fill(~comp_mask, 0.0)
-    return logp, comp_mask, entropy
-
-
-def candidate_logprobs(
-    model: th.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    candidates: Sequence[Sequence[Sequence[int]]],
-    pad_id: int,
-) -> tuple[th.Tensor, th.Tensor]:
-    """Per-token log-probs of every candidate of every prompt, each prompt run once.
-
-    The prompts (left-padded) go through the model once; their KV cache is then
-    repeated per candidate and all candidates (right-padded) are scored in one
-    more pass. Equal to :func:`completion_logprobs` on the flattened rows, at a
-    fraction of the cost when prompts are long and candidates many. Returns
-    ``(logp [R, C], mask [R, C])`` with rows in the order of the flattened
-    candidate lists.
-    """
-    if len(prompts) != len(candidates):
-        raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
-    flat = [c for cands in candidates for c in cands]
-    if not flat or any(len(c) == 0 for c in flat) or any(len(p) == 0 for p in prompts) or any(not c for c in candidates):
-        raise ValueError("prompts, candidate lists and candidates must be non-empty")
-    device = next(model.parameters()).device
-    n, p_len, c_len = len(prompts), max(map(len, prompts)), max(map(len, flat))
-    ids = th.full((n, p_len), pad_id, dtype=th.long)
-    mask = th.zeros((n, p_len), dtype=th.long)
-    for i, p in enumerate(prompts):
-        ids[i, p_len - len(p) :] = th.as_tensor(list(p))
-        mask[i, p_len - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True,
-                logits_to_keep=1)  # fmt: skip
-    rows = th.repeat_interleave(th.arange(n), th.tensor([len(c) for c in candidates])).to(device)
-    cache = output_cache(out)
-    cache.batch_select_indices(rows)
-    cand = th.full((len(flat), c_len), pad_id, dtype=th.long)
-    cand_mask = th.zeros((len(flat), c_len), dtype=th.long)
-    for r, c in enumerate(flat):
-        cand[r, : len(c)] = th.as_tensor(list(c))
-        cand_mask[r, : len(c)] = 1
-    cand, cand_mask = cand.to(device), cand_mask.to(device)
-    positions = mask.sum(-1)[rows].unsqueeze(-1) + th.arange(c_len, device=device)
-    out2 = model(input_ids=cand, attention_mask=th.cat([mask[rows], cand_mask], dim=-1), position_ids=positions,
-                 use_cache=True, **{cache_argument(model): cache})  # fmt: skip
-    # the prompt's last logits predict each candidate's first token, the candidate's own logits the rest
-    logits = th.cat([out.logits[rows, -1:], out2.logits[:, :-1]], dim=1).float()
-    logp = logits.gather(-1, cand.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
-    cand_mask = cand_mask.bool()
-    return logp.masked_fill(~cand_mask, 0.0), cand_mask
 
 
 def _resolve_device(device: str | th.device) -> th.device:
@@ -272,19 +144,14 @@ class LLMPolicy(BasePolicy):
             raise ValueError("LLMPolicy has no state-dependent exploration: use_sde must be False")
         super().__init__(observation_space, action_space, optimizer_class=resolve_optimizer_class(optimizer_class),
                          optimizer_kwargs=optimizer_kwargs)
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        check_choice("mode", mode, MODES)
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use deterministic=True for greedy), got {temperature}")
-        if candidate_score not in CANDIDATE_SCORES:
-            raise ValueError(f"candidate_score must be one of {CANDIDATE_SCORES}, got {candidate_score!r}")
+        check_choice("candidate_score", candidate_score, CANDIDATE_SCORES)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if rollout_backend not in ROLLOUT_BACKENDS:
-            raise ValueError(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {rollout_backend!r}")
-        if rollout_backend != "hf" and mode != "generate":
-            raise ValueError(f"rollout_backend={rollout_backend!r} samples generate-mode replies; choose mode "
-                             "scores the candidates with the trainer's model: use rollout_backend='hf'")
+        check_choice("rollout_backend", rollout_backend, ROLLOUT_BACKENDS)
+        check_backend_for_mode(rollout_backend, mode)
         unknown = set(lora or {}) - set(DEFAULT_LORA)
         if unknown:
             raise ValueError(f"unknown LoRA settings {sorted(unknown)}; allowed: {sorted(DEFAULT_LORA)}")

@@ -79,13 +79,10 @@ class HFSampler(Sampler):
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
                  deterministic: bool, seed: int) -> list[Completion]:
         device = next(self.model.parameters()).device
-        n, p_len = len(prompts), max(map(len, prompts))
-        ids = th.full((n, p_len), self.pad_id, dtype=th.long)
-        mask = th.zeros((n, p_len), dtype=th.long)
-        for i, p in enumerate(prompts):
-            ids[i, p_len - len(p) :] = th.as_tensor(p)
-            mask[i, p_len - len(p) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
+        from milegpo.policies.scoring import pad_rows
+
+        n = len(prompts)
+        ids, mask = pad_rows(prompts, self.pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         cache, next_pos = output_cache(out), positions[:, -1:] + 1

@@ -1,0 +1,27 @@
+"""The choice lists of milegpo's settings, in one place (torch-free: the config, the CLI and the
+policy all check against these), and the one check that spans two settings."""
+
+from __future__ import annotations
+
+#: LLMPolicy action modes: the model writes a reply ("generate") or picks a listed command ("choose")
+MODES = ("choose", "generate")
+#: choose mode: score a command by the sum or the mean of its token log-probs
+CANDIDATE_SCORES = ("sum", "mean")
+#: generate mode: who samples the replies, the trainer's model ("hf") or a colocated vLLM engine
+ROLLOUT_BACKENDS = ("hf", "vllm")
+#: per-env MileGPO hyperparameter presets (the paper's values; milegpo.credit.milegpo holds them)
+CREDIT_PRESETS = ("alfworld", "webshop")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """``ValueError`` naming the setting and its choices unless ``value`` is one of them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_backend_for_mode(rollout_backend: str, mode: str) -> None:
+    """vLLM samples generate-mode replies only: choose mode scores candidates with the trainer's model."""
+    if rollout_backend != "hf" and mode != "generate":
+        raise ValueError(f"rollout_backend {rollout_backend!r} samples generate-mode replies; choose mode scores the "
+                         "candidates with the trainer's model: use mode 'generate' (--mode generate) or "
+                         "rollout_backend 'hf'")
