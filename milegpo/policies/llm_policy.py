@@ -30,7 +30,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +41,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 
 from milegpo.options import CANDIDATE_SCORES, MODES, ROLLOUT_BACKENDS, check_backend_for_mode, check_choice
+from milegpo.policies.model import DEFAULT_LORA, DEFAULT_TARGET_MODULES, load_lora_model  # noqa: F401
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder
 from milegpo.policies.sample import ActionSample
@@ -49,31 +49,6 @@ from milegpo.policies.sampling import HFSampler, Sampler
 from milegpo.policies.scoring import candidate_logprobs, completion_logprobs
 
 POLICY_FILE = "policy.json"
-
-#: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
-_DECODER_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-DEFAULT_TARGET_MODULES: dict[str, list[str]] = {
-    **{name: _DECODER_PROJECTIONS for name in ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "smollm3")},
-    "gpt2": ["c_attn", "c_proj", "c_fc"],
-}
-DEFAULT_LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
-
-
-def _resolve_device(device: str | th.device) -> th.device:
-    if str(device) == "auto":
-        return th.device("cuda" if th.cuda.is_available() else "cpu")
-    return th.device(device)
-
-
-def _resolve_dtype(dtype: str | None, device: th.device) -> th.dtype:
-    if dtype in (None, "auto"):
-        return th.bfloat16 if device.type == "cuda" else th.float32
-    names = {"float32": th.float32, "fp32": th.float32, "bfloat16": th.bfloat16, "bf16": th.bfloat16,
-             "float16": th.float16, "fp16": th.float16}  # fmt: skip
-    if dtype not in names:
-        raise ValueError(f"dtype must be None/'auto' or one of {sorted(names)}, got {dtype!r}")
-    return names[dtype]
-
 
 class LLMPolicy(BasePolicy):
     """A ``transformers`` causal LM + peft LoRA adapter acting on text observations.
@@ -183,40 +158,8 @@ class LLMPolicy(BasePolicy):
 
     # ------------------------------------------------------------------ setup
     def _build_model(self) -> None:
-        from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        device = _resolve_device(self.device_name)
-        dtype = _resolve_dtype(self.dtype_name, device)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
-        base = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
-        if self.gradient_checkpointing:
-            if hasattr(base, "activation_checkpointing_enable"):  # its name since transformers 5.2x
-                base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model_type = base.config.model_type
-        targets = self.lora["target_modules"] or DEFAULT_TARGET_MODULES.get(model_type, "all-linear")
-        config = LoraConfig(
-            r=int(self.lora["r"]),
-            lora_alpha=float(self.lora["alpha"]),
-            lora_dropout=float(self.lora["dropout"]),
-            target_modules=targets,
-            fan_in_fan_out=model_type == "gpt2",
-            task_type="CAUSAL_LM",
-        )
-        with th.random.fork_rng(devices=[]), warnings.catch_warnings():  # the adapter's initial weights follow ``seed``
-            th.manual_seed(self.seed)
-            # peft 0.21 calls a property transformers 5 deprecates; not the user's concern
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            self.model = get_peft_model(base, config).to(device)
-        self.model.eval()
-        tok = self.tokenizer
-        self.pad_id = next(i for i in (tok.pad_token_id, tok.eos_token_id, 0) if i is not None)
-        generation_eos = base.generation_config.eos_token_id
-        generation_eos = generation_eos if isinstance(generation_eos, list) else [generation_eos]
-        #: tokens that end a reply (the tokenizer's EOS and the model's end-of-turn tokens)
-        self.eos_ids = sorted({i for i in (tok.eos_token_id, *generation_eos) if i is not None})
+        self.tokenizer, self.model, self.pad_id, self.eos_ids = load_lora_model(
+            self.model_name, self.lora, self.device_name, self.dtype_name, self.gradient_checkpointing, self.seed)
 
     def _make_sampler(self) -> Sampler:
         """The sampler of generate mode (the vLLM engine itself starts at the first reply)."""

@@ -1,0 +1,73 @@
+"""Loading a causal LM with a fresh LoRA adapter: device, dtype, target modules, pad and stop tokens."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch as th
+
+#: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
+_DECODER_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+DEFAULT_TARGET_MODULES: dict[str, list[str]] = {
+    **{name: _DECODER_PROJECTIONS for name in ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "smollm3")},
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+}
+DEFAULT_LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
+
+
+def resolve_device(device: str | th.device) -> th.device:
+    if str(device) == "auto":
+        return th.device("cuda" if th.cuda.is_available() else "cpu")
+    return th.device(device)
+
+
+def resolve_dtype(dtype: str | None, device: th.device) -> th.dtype:
+    if dtype in (None, "auto"):
+        return th.bfloat16 if device.type == "cuda" else th.float32
+    names = {"float32": th.float32, "fp32": th.float32, "bfloat16": th.bfloat16, "bf16": th.bfloat16,
+             "float16": th.float16, "fp16": th.float16}  # fmt: skip
+    if dtype not in names:
+        raise ValueError(f"dtype must be None/'auto' or one of {sorted(names)}, got {dtype!r}")
+    return names[dtype]
+
+
+def load_lora_model(name: str, lora: dict[str, Any], device: str | th.device, dtype: str | None,
+                    gradient_checkpointing: bool, seed: int) -> tuple[Any, Any, int, list[int]]:
+    """``(tokenizer, peft model, pad id, stop ids)`` of the causal LM ``name`` (hub name or folder).
+
+    The adapter follows ``lora`` (r, alpha, dropout, target modules; default targets per
+    architecture in :data:`DEFAULT_TARGET_MODULES`, else all linear layers) and its initial
+    weights follow ``seed``. Stop ids are the tokenizer's EOS and the model's end-of-turn tokens.
+    """
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = resolve_device(device)
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    base = AutoModelForCausalLM.from_pretrained(name, dtype=resolve_dtype(dtype, device))
+    if gradient_checkpointing:
+        if hasattr(base, "activation_checkpointing_enable"):  # its name since transformers 5.2x
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model_type = base.config.model_type
+    config = LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=float(lora["alpha"]),
+        lora_dropout=float(lora["dropout"]),
+        target_modules=lora["target_modules"] or DEFAULT_TARGET_MODULES.get(model_type, "all-linear"),
+        fan_in_fan_out=model_type == "gpt2",
+        task_type="CAUSAL_LM",
+    )
+    with th.random.fork_rng(devices=[]), warnings.catch_warnings():  # the adapter's initial weights follow ``seed``
+        th.manual_seed(seed)
+        # peft 0.21 calls a property transformers 5 deprecates; not the user's concern
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = get_peft_model(base, config).to(device)
+    model.eval()
+    pad_id = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
+    generation_eos = base.generation_config.eos_token_id
+    generation_eos = generation_eos if isinstance(generation_eos, list) else [generation_eos]
+    eos_ids = sorted({i for i in (tokenizer.eos_token_id, *generation_eos) if i is not None})
+    return tokenizer, model, pad_id, eos_ids
