@@ -86,3 +86,16 @@ def test_long_observation_is_cut_in_the_middle_with_one_warning(tokenizer):
         b.build("look", observation, HISTORY, None)
     with pytest.warns(UserWarning, match="max_prompt_tokens"), pytest.raises(ValueError, match="does not fit"):
         builder(tokenizer, max_prompt_tokens=5).build("look", observation, [], None)
+
+
+def test_token_cache_gives_the_tokenizers_ids_and_stays_bounded(tokenizer) -> None:
+    from milegpo.policies.prompts import TokenCache
+
+    cache = TokenCache(tokenizer, max_entries=4)
+    texts = [f"go to room {w}" for w in ("a", "b", "c", "d", "e", "a")]
+    for text in texts:
+        assert cache(text) == list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert len(cache._ids) <= 4
+    ids = cache("go to room a")
+    ids.append(-1)  # a caller's list is its own
+    assert cache("go to room a")[-1] != -1

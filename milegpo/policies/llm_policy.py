@@ -43,7 +43,7 @@ from stable_baselines3.common.policies import BasePolicy
 from milegpo.options import CANDIDATE_SCORES, MODES, ROLLOUT_BACKENDS, check_backend_for_mode, check_choice
 from milegpo.policies.model import DEFAULT_LORA, DEFAULT_TARGET_MODULES, load_lora_model  # noqa: F401
 from milegpo.policies.parsing import parse_action
-from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder
+from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder, TokenCache
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.sampling import HFSampler, Sampler
 from milegpo.policies.scoring import candidate_logprobs, completion_logprobs
@@ -152,6 +152,7 @@ class LLMPolicy(BasePolicy):
         self._build_model()
         instructions = INSTRUCTIONS["choose"] if mode == "choose" else INSTRUCTIONS["think" if think else "generate"]
         self.prompts = PromptBuilder(self.tokenizer, prompt_template, instructions, history_length, max_prompt_tokens)
+        self._command_tokens = TokenCache(self.tokenizer)
         self._rng = np.random.default_rng(seed)
         self.sampler = self._make_sampler()
         self.optimizer = self.optimizer_class(self.trainable_parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
@@ -283,7 +284,7 @@ class LLMPolicy(BasePolicy):
         return self.prompts.build(str(info.get("task", "")), str(observation), history, commands)
 
     def _candidate_ids(self, command: str) -> list[int]:
-        ids = list(self.tokenizer(command, add_special_tokens=False)["input_ids"])
+        ids = self._command_tokens(command)
         eos = self.tokenizer.eos_token_id
         return ids + ([eos] if eos is not None else [])
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import string
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 #: Prompt templates keyed by env family.
 PROMPT_TEMPLATES: dict[str, str] = {
@@ -131,6 +132,7 @@ class PromptBuilder:
         self.history_length = history_length
         self.max_prompt_tokens = max_prompt_tokens
         self._warned = False
+        self._encoded = TokenCache(tokenizer)
 
     def text(self, task: str, observation: str, history: Sequence[tuple[str, str]], commands: Sequence[str] | None, k: int) -> str:
         """The prompt text (chat template applied) showing the last ``k`` history steps."""
@@ -150,7 +152,8 @@ class PromptBuilder:
         return content + "\n"
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """Token ids of ``text`` (cached: the same prompt recurs across a group and across steps)."""
+        return self._encoded(text)
 
     def build(self, task: str, observation: str, history: Sequence[tuple[str, str]], commands: Sequence[str] | None) -> list[int]:
         """Prompt token ids within ``max_prompt_tokens`` (see the module docstring)."""
@@ -187,3 +190,26 @@ def _cut_middle(text: str, keep: int) -> str:
     head = head.rsplit(" ", 1)[0] if " " in head else head
     tail = tail.split(" ", 1)[-1] if " " in tail else tail
     return f"{head} ... {tail}"
+
+
+class TokenCache:
+    """``tokenizer(text)["input_ids"]`` (no special tokens), remembered per text.
+
+    The K copies of a task start from the same state and often revisit the same states,
+    so the same prompt and the same admissible commands are tokenised again and again;
+    tokenising is deterministic, so the ids are kept. At most ``max_entries`` texts are
+    kept (the oldest half is dropped when it is full). Callers get a fresh list each time.
+    """
+
+    def __init__(self, tokenizer: Any, max_entries: int = 65536):
+        self.tokenizer, self.max_entries = tokenizer, int(max_entries)
+        self._ids: dict[str, tuple[int, ...]] = {}
+
+    def __call__(self, text: str) -> list[int]:
+        ids = self._ids.get(text)
+        if ids is None:
+            if len(self._ids) >= self.max_entries:
+                for key in list(self._ids)[: self.max_entries // 2]:
+                    del self._ids[key]
+            ids = self._ids[text] = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(ids)
