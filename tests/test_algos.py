@@ -132,13 +132,11 @@ def test_non_finite_loss_skips_the_step(model_path: str, caplog: pytest.LogCaptu
 def test_gradient_accumulation_matches_one_pass(model_path: str) -> None:
     model = make(MileGPO, model_path, learning_rate=0.0, loss_agg="seq-mean-token-mean")
     model.learn(total_timesteps=1)
-    buffer = model.rollout_buffer
-    rows = np.arange(buffer.num_steps)
+    (minibatch,) = model.rollout_buffer.get(np.random.default_rng(0))  # the whole rollout as one minibatch
     grads = []
     for budget in (10**9, 1):  # one forward pass, then one step per micro-batch
         model.micro_batch_tokens = budget
-        n_units = sum(len(s.old_logprobs) for s in buffer.samples)
-        ok, info = model._optimizer_step(rows, buffer.samples, buffer.advantages, buffer.row_tokens(), n_units, len(rows))
+        ok, info = model._optimizer_step(minibatch)
         assert ok
         grads.append([p.grad.clone() for p in model.policy.trainable_parameters()])
     for g1, g2 in zip(*grads):
