@@ -146,10 +146,8 @@ def test_gradient_accumulation_matches_one_pass(model_path: str) -> None:
 def test_kl_to_reference_is_zero_at_the_start(model_path: str) -> None:
     model = make(MileGPO, model_path, kl_coef=0.05, learning_rate=0.0)
     model.learn(total_timesteps=1)
-    buffer = model.rollout_buffer
-    n_units = sum(len(s.old_logprobs) for s in buffer.samples)
-    ok, info = model._optimizer_step(np.arange(buffer.num_steps), buffer.samples, buffer.advantages, buffer.row_tokens(),
-                                     n_units, buffer.num_steps)
+    (minibatch,) = model.rollout_buffer.get(np.random.default_rng(0))
+    ok, info = model._optimizer_step(minibatch)
     assert ok and info["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at 0: policy == reference
     assert info["approx_kl"] == pytest.approx(0.0, abs=1e-6) and info["clip_fraction"] == 0.0
 
