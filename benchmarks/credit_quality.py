@@ -35,6 +35,7 @@ ties only) were measured with this script at commit 6488955; none was no worse t
 GraphGPO on every env and ahead somewhere, so they were dropped from the library.
 
     python benchmarks/credit_quality.py                      # all envs, seeds 0-4
+    python benchmarks/credit_quality.py --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4  # + HGPO, RLOO
     python benchmarks/credit_quality.py --envs house --seeds 0
 """
 
@@ -57,7 +58,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: (label, credit method, config overrides); MileGPO rows add the env's preset.
 VARIANTS = [
     ("GRPO", "grpo", {}),
+    ("RLOO", "rloo", {}),
     ("GiGPO", "gigpo", {}),
+    ("HGPO", "hgpo", {}),
     ("GraphGPO", "graphgpo", {}),
     ("GraphGPO gamma_G=0.1 (upstream ALFWorld)", "graphgpo", {"gamma_g": 0.1}),
     ("MileGPO", "milegpo", {}),
