@@ -70,19 +70,27 @@ class HGPOConfig(CreditConfig):
 def history_groups(batch: StepBatch, graph: TaskGraph, k: int) -> np.ndarray:
     """(N,) dense id of each row's level-``k`` group: same task and same last ``k`` state keys
     :math:`s_{t-k+1..t}`; -1 for a row with fewer than ``k`` states so far (:math:`t + 1 < k`)."""
+    return history_groups_by_level(batch, graph, [k])[0]
+
+
+def history_groups_by_level(batch: StepBatch, graph: TaskGraph, levels: list[int]) -> list[np.ndarray]:
+    """:func:`history_groups` of every level in ``levels``; the rows are put in trajectory order once."""
     order = trajectory_order(batch)
     (keys,) = index_strings(batch.state_keys[order])
     starts = segment_starts(batch.traj_ids[order])
     pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    groups = np.full(len(order), -1, dtype=np.int64)
-    ids: dict[tuple[int, ...], int] = {}
     task = graph.row_task[order]
-    for j in np.flatnonzero(pos + 1 >= k):
-        suffix = (int(task[j]), *keys[j - k + 1 : j + 1].tolist())
-        groups[j] = ids.setdefault(suffix, len(ids))
-    out = np.empty_like(groups)
-    out[order] = groups
-    return out
+    result = []
+    for k in levels:
+        groups = np.full(len(order), -1, dtype=np.int64)
+        ids: dict[tuple[int, ...], int] = {}
+        for j in np.flatnonzero(pos + 1 >= k):
+            suffix = (int(task[j]), *keys[j - k + 1 : j + 1].tolist())
+            groups[j] = ids.setdefault(suffix, len(ids))
+        out = np.empty_like(groups)
+        out[order] = groups
+        result.append(out)
+    return result
 
 
 def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
@@ -102,8 +110,7 @@ def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | 
         values[0] = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
         present[0] = True
     shared = {}
-    for row, k in enumerate(levels, start=1):
-        groups = history_groups(batch, graph, k)
+    for row, (k, groups) in enumerate(zip(levels, history_groups_by_level(batch, graph, levels)), start=1):
         has = groups >= 0
         num = int(groups.max(initial=-1)) + 1
         values[row, has] = group_normalize(returns[has], groups[has], num, config.norm, config.epsilon, ddof=0)
