@@ -19,9 +19,13 @@ from milegpo.envs import make_env, make_vec_env
 if not os.environ.get("MILEGPO_CI"):
     pytest.importorskip("skyrl_gym")
 
-import skyrl_gym  # noqa: E402
+import skyrl_gym
 
-from milegpo.integrations.skyrl_gym import SkyRLGymEnv, load_skyrl_tasks, register_skyrl_env  # noqa: E402
+from milegpo.integrations.skyrl_gym import (
+    SkyRLGymEnv,
+    load_skyrl_tasks,
+    register_skyrl_env,
+)
 
 SUMS = [(2, 3), (4, 4), (1, 6), (3, 5)]
 INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."

@@ -43,11 +43,18 @@ Choices made here (documented, each one a parameter):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from milegpo.credit import CREDIT_METHODS, CreditResult, StepBatch, compute_credit, make_credit_config
+from milegpo.credit import (
+    CREDIT_METHODS,
+    CreditResult,
+    StepBatch,
+    compute_credit,
+    make_credit_config,
+)
 
 #: ``algorithm.adv_estimator`` names :func:`install` routes to milegpo: the methods verl-agent's
 #: core trainer lacks under their own name, and every method under ``milegpo.<method>``.
