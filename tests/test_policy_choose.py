@@ -122,3 +122,27 @@ def test_chunked_scoring_equals_one_batch(tiny_dir):
     samples = big.act([f"You are in the kitchen {'.' * k}" for k in range(6)], infos(6), [[]] * 6)
     small = make_policy(tiny_dir, temperature=3.0, max_batch_tokens=100)  # about one env per forward pass
     torch.testing.assert_close(small.evaluate_actions(samples)[0], big.evaluate_actions(samples)[0], atol=1e-5, rtol=0)
+
+
+def test_identical_prompts_are_scored_once_and_count_once_each(tiny_dir, monkeypatch):
+    """The copies of a group at the same state share one scoring pass; each still counts in the loss."""
+    import milegpo.policies.llm_policy as llm_policy
+
+    policy = make_policy(tiny_dir, temperature=2.0)
+    observations = ["You are in the kitchen", "You are in the kitchen .", "You are in the kitchen"]
+    samples = policy.act(observations, infos(1) * 3, [[]] * 3, deterministic=True)  # copies 0 and 2 choose alike
+    scored = []
+    packed = llm_policy.packed_candidate_logprobs
+    monkeypatch.setattr(llm_policy, "packed_candidate_logprobs",
+                        lambda model, prompts, *args: scored.append(len(prompts)) or packed(model, prompts, *args))
+    logp, _, _ = policy.evaluate_actions(samples)
+    assert scored == [2]  # three envs, two distinct prompts
+    alone = [policy.evaluate_actions([s])[0] for s in samples]
+    torch.testing.assert_close(logp, torch.cat(alone), atol=1e-6, rtol=0)
+    policy.model.zero_grad()
+    policy.evaluate_actions([samples[0], samples[2]])[0].sum().backward()
+    shared = [p.grad.clone() for p in policy.trainable_parameters()]
+    policy.model.zero_grad()
+    (2 * policy.evaluate_actions([samples[0]])[0].sum()).backward()
+    for a, b in zip(shared, (p.grad for p in policy.trainable_parameters())):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

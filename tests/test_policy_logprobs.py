@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from milegpo.policies import completion_logprobs, tiny_model
 from milegpo.policies.llm_policy import candidate_logprobs
+from milegpo.policies.scoring import packed_candidate_logprobs, supports_packed_candidates
 
 TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
 
@@ -98,3 +99,27 @@ def test_shared_prompt_candidates_equal_flat_rows(model):
     torch.testing.assert_close(shared, flat, atol=1e-5, rtol=0)
     for r, (p, c) in enumerate(zip(flat_p, flat_c)):
         torch.testing.assert_close(shared[r, : len(c)], alone(model, p, c), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_candidates_equal_each_candidate_alone(model, attention, tmp_path):
+    """packed_candidate_logprobs (all candidates of a prompt in one row on its cache, a 4D mask) scores every
+    candidate as if it followed its prompt alone, with and without gradients, for both mask formats."""
+    model.save_pretrained(tmp_path)
+    packed_model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation=attention)
+    assert supports_packed_candidates(packed_model)
+    g = torch.Generator().manual_seed(5)
+    v = model.config.vocab_size
+    prompts = [torch.randint(4, v, (k,), generator=g).tolist() for k in (3, 14, 1, 7)]
+    candidates = [[torch.randint(4, v, (k,), generator=g).tolist() for k in ks]
+                  for ks in ((2, 5), (1,), (4, 3, 6), (1, 1, 2, 1))]
+    packed, mask = packed_candidate_logprobs(packed_model, prompts, candidates, pad_id=1)
+    with torch.no_grad():
+        shared, shared_mask = candidate_logprobs(model, prompts, candidates, pad_id=1)
+    assert torch.equal(mask, shared_mask) and packed.requires_grad
+    torch.testing.assert_close(packed.detach(), shared, atol=1e-5, rtol=0)
+    flat = [(p, c) for p, cands in zip(prompts, candidates) for c in cands]
+    for r, (p, c) in enumerate(flat):
+        torch.testing.assert_close(packed[r, : len(c)].detach(), alone(model, p, c), atol=1e-5, rtol=0)
+    packed.sum().backward()  # a graph through both passes
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in packed_model.parameters())

@@ -115,3 +115,83 @@ def candidate_logprobs(
     logp = logits.gather(-1, cand.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
     cand_mask = cand_mask.bool()
     return logp.masked_fill(~cand_mask, 0.0), cand_mask
+
+
+#: Attention implementations that take a custom 4D mask as it is (bool for sdpa, additive for eager).
+PACKED_ATTENTION = ("sdpa", "eager")
+
+
+def supports_packed_candidates(model: th.nn.Module) -> bool:
+    """Whether :func:`packed_candidate_logprobs` can run on ``model`` (its attention takes a 4D mask)."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) in PACKED_ATTENTION
+
+
+def packed_candidate_logprobs(
+    model: th.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[Sequence[int]]],
+    pad_id: int,
+) -> tuple[th.Tensor, th.Tensor]:
+    """:func:`candidate_logprobs` with each prompt's candidates packed into one row after its KV cache.
+
+    The prompts go through the model once (right-padded, without a mask); then row ``i`` of
+    the second pass is ``[cand_i1 cand_i2 … cand_iK pad …]`` on top of prompt ``i``'s
+    own cache. A 4D attention mask lets every candidate token see the prompt and the
+    earlier tokens of its own candidate only, and each candidate's positions start
+    where the prompt ends, so every candidate is scored exactly as if it followed the
+    prompt alone. Against :func:`candidate_logprobs` nothing is repeated per candidate
+    (no copy of the prompt's keys and values per candidate, no padding of every
+    candidate to the longest, logits at the packed tokens only): WebShop's steps have
+    ~600-token prompts and ~10 candidates. Needs an attention implementation that
+    takes a custom mask (:func:`supports_packed_candidates`). Same return values, same
+    row order.
+    """
+    if len(prompts) != len(candidates):
+        raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
+    flat = [c for cands in candidates for c in cands]
+    if not flat or any(len(c) == 0 for c in flat) or any(len(p) == 0 for p in prompts) or any(not c for c in candidates):
+        raise ValueError("prompts, candidate lists and candidates must be non-empty")
+    device = next(model.parameters()).device
+    n = len(prompts)
+    # prompts right-padded and no mask: causal attention never reaches the padding after a prompt, and
+    # attention without a mask takes the fast causal kernel (~1.8x faster on CPU at 32 x 600 tokens)
+    ids, mask = pad_rows(prompts, pad_id, device=device)
+    last, column = th.unique(th.tensor([len(p) - 1 for p in prompts]), return_inverse=True)
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=last.to(device))
+    first_logits = out.logits[th.arange(n, device=device), column.to(device)].unsqueeze(1)
+    tails = [[t for c in cands for t in c] for cands in candidates]
+    tail_ids, _ = pad_rows(tails, pad_id, device=device)
+    width = tail_ids.shape[1]
+    segment = th.zeros((n, width), dtype=th.long)  # 0 padding, k >= 1 the row's k-th candidate
+    positions = th.zeros((n, width), dtype=th.long)
+    row_of, slot_of, predictor = [], [], []  # per candidate token: row, tail column, logit column
+    for i, cands in enumerate(candidates):
+        start = 0
+        for k, cand in enumerate(cands, start=1):
+            segment[i, start : start + len(cand)] = k
+            positions[i, start : start + len(cand)] = len(prompts[i]) + th.arange(len(cand))
+            # logit columns: 0 = the prompt's last token (predicts every first candidate token),
+            # 1 + j = tail token j (predicts the next token of its candidate)
+            predictor += [0, *range(start + 1, start + len(cand))]
+            slot_of += range(start, start + len(cand))
+            row_of += [i] * len(cand)
+            start += len(cand)
+    same = (segment.unsqueeze(2) == segment.unsqueeze(1)) & (segment.unsqueeze(1) > 0)
+    tail_allowed = same & th.ones(width, width, dtype=th.bool).tril()
+    tail_allowed |= th.eye(width, dtype=th.bool)  # padding sees itself (no empty softmax); its outputs are unused
+    prompt_allowed = mask.bool().cpu().unsqueeze(1).expand(n, width, mask.shape[1])
+    allowed = th.cat([prompt_allowed, tail_allowed], dim=-1).unsqueeze(1).to(device)
+    if model.config._attn_implementation == "eager":
+        dtype = next(model.parameters()).dtype
+        allowed = th.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, th.finfo(dtype).min)
+    out2 = model(input_ids=tail_ids, attention_mask=allowed, position_ids=positions.to(device), use_cache=True,
+                 **{cache_argument(model): output_cache(out)})  # fmt: skip
+    logits = th.cat([first_logits, out2.logits], dim=1)
+    rows = th.tensor(row_of, device=device)
+    picked = logits[rows, th.tensor(predictor, device=device)].float()
+    targets = tail_ids[rows, th.tensor(slot_of, device=device)]
+    token_logp = picked.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - picked.logsumexp(-1)
+    lengths = th.tensor([len(c) for c in flat])
+    cand_mask = (th.arange(int(lengths.max())).unsqueeze(0) < lengths.unsqueeze(1)).to(device)
+    logp = th.zeros(cand_mask.shape, dtype=token_logp.dtype, device=device).masked_scatter(cand_mask, token_logp)
+    return logp, cand_mask
