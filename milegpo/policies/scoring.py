@@ -77,6 +77,16 @@ def completion_logprobs(
     return logp, comp_mask, entropy
 
 
+def _flat_candidates(prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list:
+    """The candidates of all prompts in one list, after checking that nothing is empty."""
+    if len(prompts) != len(candidates):
+        raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
+    flat = [c for cands in candidates for c in cands]
+    if not flat or any(len(c) == 0 for c in flat) or any(len(p) == 0 for p in prompts) or any(not c for c in candidates):
+        raise ValueError("prompts, candidate lists and candidates must be non-empty")
+    return flat
+
+
 def candidate_logprobs(
     model: th.nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -92,11 +102,7 @@ def candidate_logprobs(
     ``(logp [R, C], mask [R, C])`` with rows in the order of the flattened
     candidate lists.
     """
-    if len(prompts) != len(candidates):
-        raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
-    flat = [c for cands in candidates for c in cands]
-    if not flat or any(len(c) == 0 for c in flat) or any(len(p) == 0 for p in prompts) or any(not c for c in candidates):
-        raise ValueError("prompts, candidate lists and candidates must be non-empty")
+    flat = _flat_candidates(prompts, candidates)
     device = next(model.parameters()).device
     n = len(prompts)
     ids, mask = pad_rows(prompts, pad_id, left=True, device=device)
@@ -146,11 +152,7 @@ def packed_candidate_logprobs(
     takes a custom mask (:func:`supports_packed_candidates`). Same return values, same
     row order.
     """
-    if len(prompts) != len(candidates):
-        raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
-    flat = [c for cands in candidates for c in cands]
-    if not flat or any(len(c) == 0 for c in flat) or any(len(p) == 0 for p in prompts) or any(not c for c in candidates):
-        raise ValueError("prompts, candidate lists and candidates must be non-empty")
+    flat = _flat_candidates(prompts, candidates)
     device = next(model.parameters()).device
     n = len(prompts)
     # prompts right-padded and no mask: causal attention never reaches the padding after a prompt, and
