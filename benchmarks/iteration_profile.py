@@ -174,9 +174,9 @@ def instrument(profile: Profile) -> None:
     profile.wrap_phase(evaluation, "_run_episodes", lambda: "eval" if in_learn["on"] else "final_eval")
     profile.wrap_part(llm_policy.LLMPolicy, "build_prompt", "prompt")
     profile.wrap_part(llm_policy.LLMPolicy, "_candidate_ids", "tokenise")
-    profile.wrap_part(llm_policy, "candidate_logprobs", "forward")
-    profile.wrap_part(llm_policy, "packed_candidate_logprobs", "forward")
-    profile.wrap_part(llm_policy, "completion_logprobs", "forward")
+    for scorer in ("candidate_logprobs", "packed_candidate_logprobs", "completion_logprobs"):
+        if hasattr(llm_policy, scorer):  # (older versions, for before/after runs, lack the packed one)
+            profile.wrap_part(llm_policy, scorer, "forward")
     profile.wrap_part(llm_policy.LLMPolicy, "_generate", "generate")
     profile.wrap_part(vec_env.GroupedTextVecEnv, "step", "env")
     build = llm_policy.LLMPolicy._build_model
