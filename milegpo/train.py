@@ -164,7 +164,20 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
 
     check_setup(config)
     check_available(config.report_to)
+    owns_group = distributed.launched_by_torchrun() and not distributed.group_initialized()
     world = distributed.init_from_environment(config.device)
+    try:
+        return _train_ranks(config, world, run_dir, resume, progress_bar, verbose)
+    finally:
+        if owns_group:  # a rank that exits with its process group alive can abort in gloo's threads
+            distributed.shutdown()
+
+
+def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, resume: bool, progress_bar: bool,
+                 verbose: int) -> Path:
+    """:func:`train` in an initialised world (one process, or this rank of several)."""
+    from milegpo.algos import distributed
+
     if config.n_tasks % world.size:
         raise ValueError(f"n_tasks ({config.n_tasks}) must be a multiple of the number of processes ({world.size}): "
                          "each process plays whole task groups")
@@ -250,6 +263,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     if main:
         model.save(run_dir / FINAL_DIR)
         _finish(model, config, run_dir, verbose, logger=model.logger)
+    distributed.barrier(world)  # the other ranks wait for rank 0's final save and evaluation
     return run_dir
 
 

@@ -62,6 +62,23 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def group_initialized() -> bool:
+    """Whether a torch.distributed process group exists in this process."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def barrier(world: World) -> None:
+    """Wait until every rank got here (a no-op for one process)."""
+    if world.distributed:
+        dist.barrier()
+
+
+def shutdown() -> None:
+    """Destroy this process's process group, if any (before the process exits)."""
+    if group_initialized():
+        dist.destroy_process_group()
+
+
 def init_from_environment(device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
     """Initialise the process group from torchrun's variables (NCCL when this rank uses CUDA, else gloo).
 
