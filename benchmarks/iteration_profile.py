@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -35,10 +34,9 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
+from learning_efficiency import ENVS
 
-from learning_efficiency import ENVS  # noqa: E402
+ROOT = Path(__file__).resolve().parent
 
 SHARED = json.loads((ROOT / "learning_efficiency.json").read_text())
 

@@ -7,6 +7,7 @@ script writes (parquet rows with ``prompt``, ``env_class``, ``reward_spec``,
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -56,7 +57,7 @@ def parquet_tasks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 def test_parquet_rows_load_back_as_plain_python(parquet_tasks: list[dict], tmp_path: Path) -> None:
     assert parquet_tasks == gsm8k_rows()
     jsonl = tmp_path / "train.jsonl"
-    jsonl.write_text("\n".join(__import__("json").dumps(row) for row in gsm8k_rows()))
+    jsonl.write_text("\n".join(json.dumps(row) for row in gsm8k_rows()))
     assert load_skyrl_tasks(jsonl) == gsm8k_rows()
     with pytest.raises(ValueError, match="parquet, .jsonl or .json"):
         load_skyrl_tasks(tmp_path / "train.csv")

@@ -51,11 +51,10 @@ from milegpo.envs.registration import register_env
 INSTALL_HINT = 'pip install "milegpo[skyrl]"  (or: pip install skyrl-gym)'
 NO_OBSERVATION = "(no new observation)"
 
-Messages = list[dict[str, str]]
-
 
 def register_skyrl_env(env_id: str, env_class: str, tasks: Sequence[Mapping[str, Any]], **kwargs: Any) -> None:
-    """Register a skyrl-gym env over ``tasks`` under a milegpo env id (``milegpo train --env <env_id>``)."""
+    """Register a skyrl-gym env over ``tasks`` under a milegpo env id, for ``make_vec_env(env_id)`` and
+    ``TrainConfig(env=env_id)`` in this process."""
     register_env(env_id, SkyRLGymEnv, env_class=env_class, tasks=[dict(row) for row in tasks], **kwargs)
 
 
@@ -152,7 +151,6 @@ class SkyRLGymEnv(TextEnv):
         self.state_key_fn = state_key_fn
         self.skyrl_env: Any = None
         self.task_index = 0
-        self.last_metrics: dict[str, Any] = {}
 
     def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         self.close()
@@ -174,8 +172,7 @@ class SkyRLGymEnv(TextEnv):
         info: dict[str, Any] = {"won": done and reward >= self.success_reward, "score": reward,
                                 "skyrl_metadata": output.get("metadata") or {}}
         if done:
-            self.last_metrics = dict(self.skyrl_env.get_metrics())
-            info["skyrl_metrics"] = self.last_metrics
+            info["skyrl_metrics"] = dict(self.skyrl_env.get_metrics())
         return observation, reward, done, info
 
     def admissible_commands(self) -> list[str] | None:
