@@ -188,6 +188,9 @@ def _train_parser(subparsers: Any) -> None:
     parser.add_argument("--eval-split", dest="eval_splits", action="append", default=None,
                         help=f"held-out split, repeatable; 'none': no evaluation (default: {' '.join(defaults.eval_splits)})")
     parser.add_argument("--env-kwargs", type=env_kwargs_type, default=None, help="JSON object of env constructor arguments")
+    parser.add_argument("--warm-start", type=env_kwargs_type, default=None, metavar="JSON",
+                        help="behaviour-clone the env's noisy scripted expert before RL, e.g. "
+                             "'{\"episodes\": 64, \"epsilon\": 0.3}' (keys: milegpo.algos.warm_start.WarmStartConfig)")
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<algo>-<env>-<time>)")
     parser.add_argument("--resume", metavar="RUN_DIR", default=None,
                         help="continue a run from its newest intact checkpoint (its logs are cut back to it)")
@@ -204,6 +207,8 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["eval_splits"] = [split for split in args.eval_splits if split.lower() not in NO_SPLIT]
     if args.env_kwargs is not None:
         overrides["env_kwargs"] = args.env_kwargs
+    if args.warm_start is not None:
+        overrides["warm_start"] = args.warm_start
     if "report_to" in overrides:
         from milegpo.tracking import parse_report_to
 

@@ -81,6 +81,9 @@ class TrainConfig:
     seed: int = 0
     #: experiment trackers beside progress.csv: "tensorboard", "wandb", "mlflow" (milegpo.tracking)
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    #: supervised warm start before RL: behaviour cloning of the env's noisy scripted expert,
+    #: the keys of milegpo.algos.warm_start.WarmStartConfig (episodes, epsilon, epochs, ...); None: off
+    warm_start: dict[str, Any] | None = None
     #: tiny model size (used only when ``model`` is None)
     tiny_hidden_size: int = 32
     tiny_layers: int = 1
@@ -119,6 +122,12 @@ class TrainConfig:
         check_backend_for_mode(self.rollout_backend, self.mode)
         if self.credit_preset is not None:
             check_choice("credit_preset", self.credit_preset, CREDIT_PRESETS)
+        if self.warm_start is not None:
+            from milegpo.algos.warm_start import WarmStartConfig
+
+            if not isinstance(self.warm_start, dict):
+                raise ValueError(f"warm_start must be a dict of WarmStartConfig fields or null, got {self.warm_start!r}")
+            WarmStartConfig.from_dict(self.warm_start)
         if not isinstance(self.eval_splits, list):
             raise ValueError(f"eval_splits must be a list of split names (may be empty), got {self.eval_splits!r}")
         if not isinstance(self.report_to, list):

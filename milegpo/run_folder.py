@@ -5,6 +5,7 @@
     RUN_DIR/
       config.json              CONFIG_FILE: the full TrainConfig (resume and eval read it)
       base_model/              BASE_MODEL_DIR: the offline tiny model, when no model was given
+      warm_start.json          WARM_START_FILE: the supervised warm start's demonstrations and fit
       progress.csv             PROGRESS_FILE: SB3's per-iteration log (rollout/*, train/*, credit/*, eval/*)
       events.out.tfevents.*    the same numbers for TensorBoard
       credit_diagnostics.jsonl CREDIT_DIAGNOSTICS_FILE: milestones/traps of every update
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 CONFIG_FILE = "config.json"
 BASE_MODEL_DIR = "base_model"
+WARM_START_FILE = "warm_start.json"
 PROGRESS_FILE = "progress.csv"
 CREDIT_DIAGNOSTICS_FILE = "credit_diagnostics.jsonl"
 LAST_BATCH_FILE = "last_batch.npz"

@@ -41,6 +41,7 @@ from milegpo.run_folder import (  # noqa: F401
     FINAL_DIR,
     LEARNING_CURVE_PNG,
     PROGRESS_FILE,
+    WARM_START_FILE,
 )
 
 def prepare_model(config: TrainConfig, run_dir: Path) -> str:
@@ -219,6 +220,8 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
                 print(f"Resuming from {checkpoint} at {model.num_timesteps} env steps (iteration {model.iterations})")
         else:
             model = _new_model(config, env, model_path, verbose, device)
+            if config.warm_start is not None:
+                _warm_start(model, config, run_dir if main else None, verbose)
     except BaseException:
         if env is not None:
             env.close()
@@ -278,6 +281,31 @@ def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int, dev
         credit_kwargs=dict(config.credit_kwargs), policy_kwargs=config.policy_kwargs(model_path),
         verbose=verbose, seed=config.seed, device=device,
     )
+
+
+def _warm_start(model: Any, config: TrainConfig, run_dir: Path | None, verbose: int) -> None:
+    """Clone the env's noisy expert into the fresh policy (every rank alike: same seed, same
+    demonstrations), and write the report to ``warm_start.json`` on the main rank."""
+    from milegpo.algos.warm_start import WarmStartConfig, warm_start
+    from milegpo.envs import make_env
+
+    settings = WarmStartConfig.from_dict(config.warm_start or {})
+    if settings.seed is None:
+        settings.seed = config.seed
+    env = make_env(config.env, **{**config.env_kwargs_for(config.train_split), **settings.env_kwargs})
+    try:
+        report = warm_start(model.policy, env, settings)
+    except NotImplementedError as error:
+        raise ValueError(f"warm_start needs an env with a scripted expert: {error}") from error
+    finally:
+        env.close()
+    if run_dir is not None:
+        (run_dir / WARM_START_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    if verbose:
+        fit = report["epochs"][-1]
+        print(f"Warm start: {report['steps']} demonstration steps (demonstrator success "
+              f"{report['demonstrator']['success_rate']:.2f}), final nll {fit['nll']:.3f}, "
+              f"{report['collect_seconds'] + report['fit_seconds']:.0f} s")
 
 
 def _remove_stale_saves(run_dir: Path, verbose: int) -> None:

@@ -55,7 +55,8 @@ def update(model_path: str, out: str) -> None:
     credit = buffer.compute_credit(model.credit_method, model.credit_config)
     model.rollout_buffer = buffer
     stats = distributed.reduce_rollout_stats(buffer.stats(), world)
-    _, logged = model._global_credit(buffer, credit, N_TASKS // world.size)
+    _, logged = distributed.global_credit(model.credit_method, model.credit_config, buffer.batch, credit,
+                                          N_TASKS // world.size, world)
     model.train()
     if world.is_main:
         lora = [(name, p) for name, p in model.policy.model.named_parameters() if p.requires_grad]

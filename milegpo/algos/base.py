@@ -52,8 +52,6 @@ Only rank 0 should be given a logger that writes.
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
 import os
 import sys
@@ -70,18 +68,21 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
-from milegpo.algos.buffer import RolloutMinibatch, TextRolloutBuffer, split_by_tokens, step_tokens
-from milegpo.algos.callbacks import TextProgressBarCallback
-from milegpo.algos.loss import LOSS_AGGREGATIONS, pad_right, policy_loss
+from milegpo.algos.buffer import RolloutMinibatch, TextRolloutBuffer, step_tokens
+from milegpo.algos.callbacks import TextProgressBarCallback, flatten_callbacks
+from milegpo.algos.loss import LOSS_AGGREGATIONS
 from milegpo.algos.persistence import CheckpointMixin
 from milegpo.algos.rollout import RolloutStep, play_episodes
-from milegpo.credit import StepBatch, compute_credit, make_credit_config
+from milegpo.algos.run_outputs import append_credit_diagnostics, writes_files
+from milegpo.algos.update import UpdateSettings, optimizer_step
+from milegpo.credit import make_credit_config
 from milegpo.credit.batch import save_step_batch
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
-from milegpo.policies import LLMPolicy
 from milegpo.options import CREDIT_PRESETS
-from milegpo.run_folder import CREDIT_DIAGNOSTICS_FILE, LAST_BATCH_FILE
+from milegpo.policies import LLMPolicy
+from milegpo.policies.optim import optimizer_arguments
+from milegpo.run_folder import LAST_BATCH_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         # the policy builds the one optimizer, from its optimizer_class / optimizer_kwargs settings;
         # weight_decay (an algorithm hyperparameter) goes to it unless those settings name their own
         optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
-        if "weight_decay" in _optimizer_arguments(kwargs.get("optimizer_class", th.optim.AdamW)):
+        if "weight_decay" in optimizer_arguments(kwargs.get("optimizer_class", th.optim.AdamW)):
             optimizer_kwargs.setdefault("weight_decay", self.weight_decay)
         kwargs["optimizer_kwargs"] = optimizer_kwargs
         if self.seed is not None:
@@ -406,7 +407,8 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         local_steps = self.num_timesteps - timesteps_before
         self.num_timesteps = timesteps_before + int(distributed.all_reduce_sum([local_steps], self.world)[0])
         stats = distributed.reduce_rollout_stats(rollout_buffer.stats(), self.world)
-        batch, credit = self._global_credit(rollout_buffer, credit, env.n_tasks)
+        batch, credit = distributed.global_credit(self.credit_method, self.credit_config, rollout_buffer.batch,
+                                                  credit, env.n_tasks, self.world)
         self._rollout_log = {
             **{f"rollout/{k}": v for k, v in stats.items() if k not in ("episodes", "steps")},
             "rollout/episodes": stats["episodes"],
@@ -423,24 +425,16 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
             for key, value in credit.diagnostics.items():
                 if isinstance(value, (bool, int, float, np.integer, np.floating)):
                     self._rollout_log[f"credit/{key}"] = float(value)
-            self._write_diagnostics(credit.diagnostics, stats)
-            self._write_last_batch(batch)
+            if writes_files(self.logger):
+                meta = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps,
+                        "method": self.credit_method}
+                append_credit_diagnostics(self.logger.get_dir(), {**meta, "success_rate": stats["success_rate"],
+                                                                  "diagnostics": credit.diagnostics})
+                if batch is not None:
+                    save_step_batch(batch, os.path.join(self.logger.get_dir(), LAST_BATCH_FILE), meta)
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
-
-    def _global_credit(self, buffer: TextRolloutBuffer, credit: Any, groups_per_rank: int) -> tuple[StepBatch | None, Any]:
-        """The batch and credit result to log: this rollout's own, or, with several ranks, on rank 0
-        those of every rank's groups together (the diagnostics one process would log; credit is per
-        task, so the advantages each rank trains on are the same either way). Others get (None, None)."""
-        if not self.world.distributed:
-            return buffer.batch, credit
-        batches = distributed.gather_to_main(buffer.batch if credit is not None else None, self.world)
-        batches = [b for b in batches or [] if b is not None]
-        if not batches:
-            return None, None
-        merged = distributed.merge_step_batches(batches, groups_per_rank)
-        return merged, compute_credit(self.credit_method, merged, self.credit_config)
 
     def _record_episode(self, buffer: TextRolloutBuffer, env_index: int) -> None:
         traj = buffer.trajectories[env_index]
@@ -448,27 +442,6 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         self.ep_info_buffer.append({"r": traj.outcome, "l": len(traj.steps), "t": time.time() - self.start_time / 1e9})
         self.ep_success_buffer.append(float(traj.won))
         self._episode_num += 1
-
-    def _write_diagnostics(self, diagnostics: dict[str, Any], stats: dict[str, Any]) -> None:
-        """Append the iteration's full credit diagnostics to ``credit_diagnostics.jsonl`` in the log folder
-        (only when the logger writes files there: csv, json, log or tensorboard)."""
-        folder = self.logger.get_dir()
-        writes_files = any(getattr(f, "own_file", True) for f in self.logger.output_formats)
-        if not folder or not writes_files:
-            return
-        row = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps, "method": self.credit_method,
-               "success_rate": stats["success_rate"], "diagnostics": diagnostics}
-        with open(os.path.join(folder, CREDIT_DIAGNOSTICS_FILE), "a") as f:
-            f.write(json.dumps(row, default=ckpt.to_builtin) + "\n")
-
-    def _write_last_batch(self, batch: StepBatch | None) -> None:
-        """Overwrite ``last_batch.npz`` in the log folder with this iteration's StepBatch
-        (same condition as ``credit_diagnostics.jsonl``)."""
-        folder = self.logger.get_dir()
-        if batch is None or not folder or not any(getattr(f, "own_file", True) for f in self.logger.output_formats):
-            return
-        meta = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps, "method": self.credit_method}
-        save_step_batch(batch, os.path.join(folder, LAST_BATCH_FILE), meta)
 
     def dump_logs(self, iteration: int = 0) -> None:
         """Record the rollout values; the dump itself happens at the end of ``train()``
@@ -527,7 +500,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
     def _end_iteration(self) -> None:
         """After the update: callbacks that log (evaluation) add to this iteration's row, the row is
         dumped, then callbacks that save (checkpoints) run, so a checkpoint never precedes its row."""
-        callbacks = [cb for cb in _flatten_callbacks(getattr(self, "_callback", None))
+        callbacks = [cb for cb in flatten_callbacks(getattr(self, "_callback", None))
                      if hasattr(cb, "on_iteration_end")]
         for cb in callbacks:
             if cb.logs_to_row:
@@ -540,52 +513,11 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
                 cb.on_iteration_end()
 
     def _optimizer_step(self, minibatch: RolloutMinibatch) -> tuple[bool, dict[str, float]]:
-        """One optimizer step on minibatch ``rows`` (gradients accumulated over micro-batches).
-
-        ``n_units`` / ``n_seqs`` are the units and rows of the whole minibatch, over all ranks:
-        each rank's loss is its share of the global mean, and the summed gradients are
-        those of the global minibatch. Returns whether the step was applied and its
-        statistics. A non-finite loss or gradient norm skips the step (nothing is
-        applied, on every rank) with a warning.
-        """
-        self.optimizer.zero_grad(set_to_none=True)
-        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
-        with_entropy = self.ent_coef != 0.0
-        n_units, n_seqs = minibatch.n_units, minibatch.n_seqs
-        order = np.argsort(minibatch.tokens, kind="stable")  # similar lengths together: less padding
-        for micro in split_by_tokens(order, minibatch.tokens, self.micro_batch_tokens):
-            batch = [minibatch.samples[k] for k in micro]
-            logp, mask, entropy = self.policy.evaluate_actions(batch, with_entropy=with_entropy)
-            ref_logp = None
-            if self.kl_coef != 0.0:
-                with th.no_grad():
-                    ref_logp, _, _ = self.policy.evaluate_actions(batch, use_reference=True)
-            old = pad_right([np.asarray(s.old_logprobs, dtype=np.float32) for s in batch], logp.shape[1], logp.device)
-            out = policy_loss(logp, old, th.as_tensor(minibatch.advantages[micro], device=logp.device), mask,
-                              clip_range=self.clip_range, n_units=n_units, n_seqs=n_seqs, loss_agg=self.loss_agg,
-                              ref_logp=ref_logp, kl_coef=self.kl_coef, entropy=entropy, ent_coef=self.ent_coef)
-            out.loss.backward()
-            for key, value in out.stats.items():
-                sums[key] += value
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        if self.world.distributed:
-            distributed.all_reduce_gradients(params, self.world)
-            sums = dict(zip(sums, distributed.all_reduce_sum(list(sums.values()), self.world)))
-        grad_norm = float(th.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
-        if not (np.isfinite(sums["loss"]) and np.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            logger.warning(
-                "non-finite loss (%s) or gradient norm (%s) at update %d: optimizer step skipped "
-                "(%d skipped so far); check the advantages and the learning rate",
-                sums["loss"], grad_norm, self._n_updates, self._skipped_steps + 1,
-            )
-            return False, {}
-        self.optimizer.step()
-        if self.kl_coef == 0.0:
-            sums.pop("kl")
-        if not with_entropy:
-            sums.pop("entropy")
-        return True, {**sums, "grad_norm": grad_norm}
+        """One optimizer step on ``minibatch`` (see :func:`milegpo.algos.update.optimizer_step`)."""
+        settings = UpdateSettings(self.clip_range, self.loss_agg, self.kl_coef, self.ent_coef, self.max_grad_norm,
+                                  self.micro_batch_tokens)
+        return optimizer_step(self.policy, self.optimizer, minibatch, settings, self.world,
+                              where=f"update {self._n_updates} ({self._skipped_steps} skipped so far)")
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,
@@ -596,19 +528,3 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
 
         return evaluate(self, env, n_episodes=n_episodes, task_seeds=task_seeds, deterministic=deterministic,
                         temperature=temperature, seed=seed, progress=progress)
-
-
-def _optimizer_arguments(optimizer_class: Any) -> set[str]:
-    """The keyword arguments an optimizer class (or its ``"module:Name"`` path) accepts."""
-    from milegpo.policies.llm_policy import resolve_optimizer_class
-
-    return set(inspect.signature(resolve_optimizer_class(optimizer_class)).parameters)
-
-
-def _flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
-    """The leaf callbacks of a (nested) CallbackList, in order."""
-    if callback is None:
-        return []
-    if isinstance(callback, CallbackList):
-        return [leaf for child in callback.callbacks for leaf in _flatten_callbacks(child)]
-    return [callback]

@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback, ProgressBarCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 
 from milegpo.algos.checkpoint import to_builtin
 from milegpo.algos.evaluation import evaluate
@@ -168,3 +168,12 @@ class TextProgressBarCallback(ProgressBarCallback):
     def _on_training_start(self) -> None:
         super()._on_training_start()
         self._start = self.model.num_timesteps
+
+
+def flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
+    """The leaf callbacks of a (nested) CallbackList, in order."""
+    if callback is None:
+        return []
+    if isinstance(callback, CallbackList):
+        return [leaf for child in callback.callbacks for leaf in flatten_callbacks(child)]
+    return [callback]

@@ -28,7 +28,7 @@ from typing import Any
 import torch as th
 import torch.distributed as dist
 
-from milegpo.credit import StepBatch
+from milegpo.credit import StepBatch, compute_credit
 
 #: How long a rank waits in a collective for the others (rank 0 evaluates while they wait).
 DEFAULT_TIMEOUT_S = 1800
@@ -162,6 +162,21 @@ def merge_step_batches(batches: Sequence[StepBatch], groups_per_rank: int) -> St
     """One StepBatch of the ranks' batches (rank order), task ids offset by ``groups_per_rank``
     per rank: the batch a single process with all the groups would have built."""
     return StepBatch.concat(batches, task_offsets=[r * groups_per_rank for r in range(len(batches))])
+
+
+def global_credit(method: str, config: Any, batch: StepBatch, credit: Any, groups_per_rank: int,
+                  world: World) -> tuple[StepBatch | None, Any]:
+    """The batch and credit result to log: this rollout's own, or, with several ranks, on rank 0
+    those of every rank's groups together (the diagnostics one process would log; credit is per
+    task, so the advantages each rank trains on are the same either way). Others get (None, None).
+    ``credit`` is None where this rank's rollout had no steps."""
+    if not world.distributed:
+        return batch, credit
+    batches = [b for b in gather_to_main(batch if credit is not None else None, world) or [] if b is not None]
+    if not batches:
+        return None, None
+    merged = merge_step_batches(batches, groups_per_rank)
+    return merged, compute_credit(method, merged, config)
 
 
 def reduce_rollout_stats(stats: dict[str, float], world: World) -> dict[str, float]:

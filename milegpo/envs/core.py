@@ -112,6 +112,12 @@ class TextEnv(gym.Env[str, str]):
         commands = self.admissible_commands()
         return bool(action.strip()) if commands is None else action.strip() in commands
 
+    def expert_action(self) -> str | None:
+        """A scripted expert's next command from the current state (demonstrations for a
+        supervised warm start); None when the expert has no move left. Envs without an
+        expert raise ``NotImplementedError``."""
+        raise NotImplementedError(f"{type(self).__name__} has no scripted expert (expert_action)")
+
     def state_key(self) -> str:
         """A string that identifies the current state across rollouts of a task.
 

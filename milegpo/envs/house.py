@@ -551,3 +551,8 @@ class HouseEnv(TextEnv):
     def solve(self) -> list[str] | None:
         """An optimal winning command list from the current state (BFS), or None if none exists."""
         return solve(self.layout, self.state)
+
+    def expert_action(self) -> str | None:
+        """The first command of an optimal plan (BFS), or None when the task cannot be won any more."""
+        plan = self.solve()
+        return plan[0] if plan else None

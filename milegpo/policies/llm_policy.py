@@ -27,7 +27,6 @@ predict completion tokens are computed.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +41,7 @@ from stable_baselines3.common.policies import BasePolicy
 
 from milegpo.options import CANDIDATE_SCORES, MODES, ROLLOUT_BACKENDS, check_backend_for_mode, check_choice
 from milegpo.policies.model import DEFAULT_LORA, DEFAULT_TARGET_MODULES, load_lora_model  # noqa: F401
+from milegpo.policies.optim import resolve_optimizer_class
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder, TokenCache
 from milegpo.policies.sample import ActionSample
@@ -298,6 +298,25 @@ class LLMPolicy(BasePolicy):
         eos = self.tokenizer.eos_token_id
         return ids + ([eos] if eos is not None else [])
 
+    def demonstration(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]],
+                      action: str) -> ActionSample:
+        """``action`` taken in this state as a sample the policy can be trained to imitate
+        (supervised warm start): choose mode, the admissible command it names; generate
+        mode, the reply ``<action>action</action>`` and the end-of-turn token."""
+        prompt = self.build_prompt(observation, info, history)
+        if self.mode == "choose":
+            commands = list(info.get("admissible_commands") or [])
+            if action not in commands:
+                raise ValueError(f"demonstrated action {action!r} is not among the state's admissible commands")
+            candidates = [self._candidate_ids(c) for c in commands]
+            chosen = commands.index(action)
+            return ActionSample(text=action, prompt_ids=prompt, action_ids=candidates[chosen], candidate_ids=candidates,
+                                chosen=chosen, old_logprobs=np.zeros(1, dtype=np.float32), parsed=True)
+        reply = self._candidate_ids(f"<action>{action}</action>")
+        return ActionSample(text=action, prompt_ids=prompt, action_ids=reply, candidate_ids=None, chosen=None,
+                            old_logprobs=np.zeros(len(reply), dtype=np.float32), parsed=True,
+                            raw_text=f"<action>{action}</action>")
+
     # ----------------------------------------------------------------- acting
     def act(
         self,
@@ -543,18 +562,3 @@ GPU_BATCH_TOKENS = 16384
 def _normalised(p: np.ndarray) -> np.ndarray:
     p = p.astype(np.float64)
     return p / p.sum()
-
-
-def resolve_optimizer_class(value: type[th.optim.Optimizer] | str) -> type[th.optim.Optimizer]:
-    """An optimizer class, or its ``"module:Name"`` / ``"module.Name"`` path (plain ``policy_kwargs``,
-    e.g. ``"torch.optim:SGD"``)."""
-    if not isinstance(value, str):
-        return value
-    module, sep, name = value.partition(":") if ":" in value else value.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), name) if sep else None
-    except (ImportError, AttributeError):
-        found = None
-    if not (isinstance(found, type) and issubclass(found, th.optim.Optimizer)):
-        raise ValueError(f"optimizer_class {value!r} names no torch optimizer; e.g. 'torch.optim:AdamW'")
-    return found

@@ -160,6 +160,15 @@ class ALFWorldEnv(TextEnv):
             return None
         return list(self._game_state["admissible_commands"])  # the engine sorts them
 
+    def expert_action(self) -> str | None:
+        """The next command of alfworld's expert (needs ``expert_type``: ``"handcoded"`` is the fast one)."""
+        if self.expert_type is None:
+            raise ValueError("ALFWorldEnv.expert_action needs the env made with expert_type='handcoded' or 'planner'")
+        if self._game_state is None:
+            return None
+        plan = self._game_state.get("extra.expert_plan") or []
+        return plan[0] if plan else None
+
     def state_key(self) -> str:
         """Where the agent is, what it holds, and the dynamic facts changed since the start.
 

@@ -71,6 +71,11 @@ def _shared_engine(data_dir: str, human_goals: bool, num_products: int | None) -
     return catalog, search
 
 
+def _rank(results: list[str], asin: str) -> int:
+    """Where ``asin`` is in search ``results`` (len(results) + 1 when absent)."""
+    return results.index(asin) if asin in results else len(results) + 1
+
+
 def parse_action(action: str) -> tuple[str, str] | None:
     """``"search[q]"`` / ``"click[b]"`` -> (name, lower-cased argument); None if malformed."""
     match = _ACTION.match(action.strip())
@@ -222,6 +227,37 @@ class WebShopEnv(TextEnv):
         if self._session.page.kind == "search":
             return [f"search[{q}]" for q in self._candidate_queries()]
         return [f"click[{c}]" for c in self._clickables() if c != "search"]
+
+    def expert_action(self) -> str | None:
+        """A scripted shopper: search with the candidate query that ranks the goal's product
+        highest, page to it, open it, click each goal option it offers, buy. Where no query
+        finds the goal's product it buys the top result (a structured, losing demonstration)."""
+        session = self._require_session()
+        page = session.page
+        if page.kind == "done":
+            return None
+        if page.kind == "search":
+            queries = self._candidate_queries()
+            ranks = [_rank(self.search_engine.search(q), session.goal.asin) for q in queries]
+            return f"search[{queries[ranks.index(min(ranks))]}]"
+        target = session.goal.asin if session.goal.asin in session.results else (session.results or [None])[0]
+        if page.kind == "results":
+            if target is None:
+                return f"click[{BACK_TO_SEARCH.lower()}]"
+            target_page = session.results.index(target) // RESULTS_PER_PAGE + 1
+            if target_page == page.page:
+                return f"click[{target.lower()}]"
+            return f"click[{(NEXT_PAGE if target_page > page.page else PREV_PAGE).lower()}]"
+        if page.kind != "item" or page.asin != target:
+            return f"click[{PREV_PAGE.lower()}]"
+        chosen = set(dict(page.options).values())
+        product = self.catalog.by_asin[page.asin]
+        for wanted in session.goal.goal_options:
+            for values in product.options.values():
+                match = next((v for v in values if v.lower() == wanted.lower()), None)
+                if match is not None and match not in chosen:
+                    return f"click[{match}]"
+        return f"click[{BUY_NOW.lower()}]"
 
     def state_key(self) -> str:
         if self._session is None:

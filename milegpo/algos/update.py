@@ -1,0 +1,85 @@
+"""One optimizer step of the update: micro-batched forward passes, the loss, the gradient step.
+
+The trainer (:meth:`GroupRLAlgorithm.train`) draws minibatches from its buffer and calls
+:func:`optimizer_step` on each. A minibatch is cut into micro-batches of similar lengths
+(less padding) of at most ``micro_batch_tokens`` tokens; their gradients add up to the
+minibatch's (each micro-batch's loss is its share of the minibatch mean, see
+:mod:`milegpo.algos.loss`). With several ranks the gradients and statistics are summed
+over ranks before the step, so every rank applies the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from milegpo.algos import distributed
+from milegpo.algos.buffer import RolloutMinibatch, split_by_tokens
+from milegpo.algos.distributed import World
+from milegpo.algos.loss import pad_right, policy_loss
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The algorithm's update hyperparameters (see :class:`GroupRLAlgorithm`)."""
+
+    clip_range: float
+    loss_agg: str
+    kl_coef: float
+    ent_coef: float
+    max_grad_norm: float
+    micro_batch_tokens: int
+
+
+def optimizer_step(policy: Any, optimizer: th.optim.Optimizer, minibatch: RolloutMinibatch, settings: UpdateSettings,
+                   world: World, where: str = "") -> tuple[bool, dict[str, float]]:
+    """One optimizer step on ``minibatch`` (gradients accumulated over micro-batches of
+    ``settings.micro_batch_tokens``).
+
+    ``n_units`` / ``n_seqs`` are the units and rows of the whole minibatch, over all ranks:
+    each rank's loss is its share of the global mean, and the summed gradients are
+    those of the global minibatch. Returns whether the step was applied and its
+    statistics. A non-finite loss or gradient norm skips the step (nothing is
+    applied, on every rank) with a warning.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
+    with_entropy = settings.ent_coef != 0.0
+    n_units, n_seqs = minibatch.n_units, minibatch.n_seqs
+    order = np.argsort(minibatch.tokens, kind="stable")  # similar lengths together: less padding
+    for micro in split_by_tokens(order, minibatch.tokens, settings.micro_batch_tokens):
+        batch = [minibatch.samples[k] for k in micro]
+        logp, mask, entropy = policy.evaluate_actions(batch, with_entropy=with_entropy)
+        ref_logp = None
+        if settings.kl_coef != 0.0:
+            with th.no_grad():
+                ref_logp, _, _ = policy.evaluate_actions(batch, use_reference=True)
+        old = pad_right([np.asarray(s.old_logprobs, dtype=np.float32) for s in batch], logp.shape[1], logp.device)
+        out = policy_loss(logp, old, th.as_tensor(minibatch.advantages[micro], device=logp.device), mask,
+                          clip_range=settings.clip_range, n_units=n_units, n_seqs=n_seqs, loss_agg=settings.loss_agg,
+                          ref_logp=ref_logp, kl_coef=settings.kl_coef, entropy=entropy, ent_coef=settings.ent_coef)
+        out.loss.backward()
+        for key, value in out.stats.items():
+            sums[key] += value
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if world.distributed:
+        distributed.all_reduce_gradients(params, world)
+        sums = dict(zip(sums, distributed.all_reduce_sum(list(sums.values()), world)))
+    grad_norm = float(th.nn.utils.clip_grad_norm_(params, settings.max_grad_norm))
+    if not (np.isfinite(sums["loss"]) and np.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        logger.warning("non-finite loss (%s) or gradient norm (%s) at %s: optimizer step skipped; "
+                       "check the advantages and the learning rate", sums["loss"], grad_norm, where or "an update")
+        return False, {}
+    optimizer.step()
+    if settings.kl_coef == 0.0:
+        sums.pop("kl")
+    if not with_entropy:
+        sums.pop("entropy")
+    return True, {**sums, "grad_norm": grad_norm}
