@@ -154,6 +154,10 @@ def instrument(profile: Profile) -> None:
     from milegpo.algos import base, buffer, evaluation
     from milegpo.envs import vec_env
     from milegpo.policies import llm_policy
+    try:
+        from milegpo.policies import scoring
+    except ImportError:  # versions before scoring.py
+        scoring = llm_policy
 
     in_learn = {"on": False}
     learn = base.GroupRLAlgorithm.learn
@@ -173,8 +177,11 @@ def instrument(profile: Profile) -> None:
     profile.wrap_part(llm_policy.LLMPolicy, "build_prompt", "prompt")
     profile.wrap_part(llm_policy.LLMPolicy, "_candidate_ids", "tokenise")
     for scorer in ("candidate_logprobs", "packed_candidate_logprobs", "completion_logprobs"):
-        if hasattr(llm_policy, scorer):  # (older versions, for before/after runs, lack the packed one)
-            profile.wrap_part(llm_policy, scorer, "forward")
+        # the scorers are looked up where the chunk loops call them: scoring.py, or llm_policy.py in
+        # older versions (for before/after runs; the oldest lack the packed one)
+        home = scoring if hasattr(scoring, "candidate_scores") else llm_policy
+        if hasattr(home, scorer):
+            profile.wrap_part(home, scorer, "forward")
     profile.wrap_part(llm_policy.LLMPolicy, "_generate", "generate")
     profile.wrap_part(vec_env.GroupedTextVecEnv, "step", "env")
     build = llm_policy.LLMPolicy._build_model

@@ -17,6 +17,23 @@
       env_errors.log           ENV_ERRORS_FILE: full tracebacks of env failures
       trackers.json            TRACKERS_FILE: W&B / MLflow run ids (a resume continues them)
       learning_curve.png  credit_diagnostics.png  trajectory_credit.png
+
+The columns of ``progress.csv`` (also the TensorBoard / W&B / MLflow scalars), one row per
+iteration:
+
+* ``rollout/`` success_rate, ep_rew_mean, ep_len_mean, score_mean, invalid_action_rate,
+  env_errors, episodes; with a vLLM sampler sampler_logprob_gap_max / _mean_step (the largest
+  gap between the sampler's and the trainer's behaviour log-probs of a step's tokens);
+* ``train/`` loss, pg_loss, kl (with ``kl_coef``), entropy (with ``ent_coef``), clip_fraction,
+  approx_kl, grad_norm (before clipping), skipped_steps (non-finite loss or gradient),
+  learning_rate, n_updates;
+* ``time/`` rollout_s, credit_s, update_s, env_steps_per_s (env steps over the rollout's wall
+  time, policy included), rollout_tokens_per_s (prompt + action or candidate tokens over the
+  policy's time), action_tokens_per_s, update_tokens_per_s (tokens of the trained steps over
+  the update's wall time);
+* ``credit/`` every scalar of the credit method's diagnostics (the full diagnostics, milestone
+  and trap lists included, go to ``credit_diagnostics.jsonl``: :mod:`milegpo.algos.run_outputs`);
+* ``eval/`` success_rate, mean_return, mean_length, mean_score of the iterations with an evaluation.
 """
 
 from __future__ import annotations

@@ -126,14 +126,14 @@ def test_chunked_scoring_equals_one_batch(tiny_dir):
 
 def test_identical_prompts_are_scored_once_and_count_once_each(tiny_dir, monkeypatch):
     """The copies of a group at the same state share one scoring pass; each still counts in the loss."""
-    import milegpo.policies.llm_policy as llm_policy
+    import milegpo.policies.scoring as scoring
 
     policy = make_policy(tiny_dir, temperature=2.0)
     observations = ["You are in the kitchen", "You are in the kitchen .", "You are in the kitchen"]
     samples = policy.act(observations, infos(1) * 3, [[]] * 3, deterministic=True)  # copies 0 and 2 choose alike
     scored = []
-    packed = llm_policy.packed_candidate_logprobs
-    monkeypatch.setattr(llm_policy, "packed_candidate_logprobs",
+    packed = scoring.packed_candidate_logprobs
+    monkeypatch.setattr(scoring, "packed_candidate_logprobs",
                         lambda model, prompts, *args: scored.append(len(prompts)) or packed(model, prompts, *args))
     logp, _, _ = policy.evaluate_actions(samples)
     assert scored == [2]  # three envs, two distinct prompts

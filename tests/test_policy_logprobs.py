@@ -7,8 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from milegpo.policies import completion_logprobs, tiny_model
-from milegpo.policies.llm_policy import candidate_logprobs
-from milegpo.policies.scoring import packed_candidate_logprobs, supports_packed_candidates
+from milegpo.policies.scoring import candidate_logprobs, packed_candidate_logprobs, supports_packed_candidates
 
 TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
 

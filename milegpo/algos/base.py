@@ -28,20 +28,7 @@ Counting and logging conventions:
 * rollout/* statistics are those of the iteration's own episodes (not SB3's moving
   window of the last 100 episodes).
 
-Logged keys: ``rollout/`` success_rate, ep_rew_mean, ep_len_mean, score_mean,
-invalid_action_rate, env_errors, episodes (and, with a vLLM sampler, sampler_logprob_gap_max /
-_mean_step: the largest gap between the sampler's and the trainer's behaviour log-probs of
-a step's tokens); ``train/`` loss, pg_loss, kl (with
-``kl_coef``), entropy (with ``ent_coef``), clip_fraction, approx_kl, grad_norm (before
-clipping), skipped_steps (non-finite loss or gradient), learning_rate, n_updates;
-``time/`` rollout_s, credit_s, update_s, env_steps_per_s (env steps over the rollout's
-wall time, policy included), rollout_tokens_per_s (prompt + action or candidate tokens
-over the policy's time), action_tokens_per_s, update_tokens_per_s (tokens of the trained
-steps over the update's wall time); ``credit/`` every scalar of the credit method's
-diagnostics. The full diagnostics (milestone and trap lists ...) of every iteration go
-to ``credit_diagnostics.jsonl`` in the logger folder when the logger writes files there,
-and the iteration's :class:`~milegpo.credit.StepBatch` to ``last_batch.npz``
-(overwritten each iteration; :func:`milegpo.plots.plot_run_trajectory_credit` draws it).
+The logged keys (every column of ``progress.csv``) are listed in :mod:`milegpo.run_folder`.
 
 Data parallel (:mod:`milegpo.algos.distributed`, ``torchrun``): every rank plays its own
 task groups and computes their credit; ``num_timesteps``, rollout/* and the step counts
@@ -68,11 +55,11 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
-from milegpo.algos.buffer import RolloutMinibatch, TextRolloutBuffer, step_tokens
+from milegpo.algos.buffer import RolloutMinibatch, TextRolloutBuffer
 from milegpo.algos.callbacks import TextProgressBarCallback, flatten_callbacks
 from milegpo.algos.loss import LOSS_AGGREGATIONS
 from milegpo.algos.persistence import CheckpointMixin
-from milegpo.algos.rollout import RolloutStep, play_episodes
+from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes
 from milegpo.algos.run_outputs import append_credit_diagnostics, writes_files
 from milegpo.algos.update import UpdateSettings, optimizer_step
 from milegpo.credit import make_credit_config
@@ -81,7 +68,7 @@ from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.options import CREDIT_PRESETS
 from milegpo.policies import LLMPolicy
-from milegpo.policies.optim import optimizer_arguments
+from milegpo.policies.optim import with_default_weight_decay
 from milegpo.run_folder import LAST_BATCH_FILE
 
 logger = logging.getLogger(__name__)
@@ -247,10 +234,8 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         kwargs.setdefault("device", str(self.device))
         # the policy builds the one optimizer, from its optimizer_class / optimizer_kwargs settings;
         # weight_decay (an algorithm hyperparameter) goes to it unless those settings name their own
-        optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
-        if "weight_decay" in optimizer_arguments(kwargs.get("optimizer_class", th.optim.AdamW)):
-            optimizer_kwargs.setdefault("weight_decay", self.weight_decay)
-        kwargs["optimizer_kwargs"] = optimizer_kwargs
+        kwargs["optimizer_kwargs"] = with_default_weight_decay(kwargs.get("optimizer_class", th.optim.AdamW),
+                                                               kwargs.get("optimizer_kwargs"), self.weight_decay)
         if self.seed is not None:
             kwargs.setdefault("seed", self.seed)  # the policy's action-sampling generator
         self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **kwargs)
@@ -371,21 +356,16 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
                 [self.task_seed_base, 2, self._iterations, self.world.rank]).generate_state(1)[0]))
             callback.on_rollout_start()
             timesteps_before = self.num_timesteps
-            start, policy_time, tokens, action_tokens = time.perf_counter(), 0.0, 0, 0
-            logprob_gaps: list[float] = []  # per step: max |sampler - trainer| behaviour log-prob
+            meter = RolloutMeter()
 
             def record(step: RolloutStep) -> bool:
-                nonlocal policy_time, tokens, action_tokens
-                policy_time += step.policy_seconds
+                meter.policy_seconds += step.policy_seconds
                 self.num_timesteps += len(step.active)
                 for k, i in enumerate(step.active):
                     sample = step.samples[k]
                     rollout_buffer.add(int(i), sample, step.infos[i].get("state_key", ""), step.rewards[i],
                                        bool(step.dones[i]), step.new_infos[i])
-                    tokens += step_tokens(sample)
-                    action_tokens += len(sample.action_ids)
-                    if getattr(sample, "sampler_logprobs", None) is not None:
-                        logprob_gaps.append(float(np.abs(sample.sampler_logprobs - sample.old_logprobs).max(initial=0.0)))
+                    meter.add(sample)
                     if step.dones[i]:
                         self._record_episode(rollout_buffer, int(i))
                 callback.update_locals(locals())
@@ -393,7 +373,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
 
             if not play_episodes(self.policy, env, obs, infos, deterministic=False, on_step=record):
                 return False
-            rollout_time = time.perf_counter() - start
+            rollout_time = time.perf_counter() - meter.started
             t0 = time.perf_counter()
             credit = None
             if rollout_buffer.num_steps:
@@ -409,18 +389,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         stats = distributed.reduce_rollout_stats(rollout_buffer.stats(), self.world)
         batch, credit = distributed.global_credit(self.credit_method, self.credit_config, rollout_buffer.batch,
                                                   credit, env.n_tasks, self.world)
-        self._rollout_log = {
-            **{f"rollout/{k}": v for k, v in stats.items() if k not in ("episodes", "steps")},
-            "rollout/episodes": stats["episodes"],
-            "time/rollout_s": rollout_time,
-            "time/credit_s": credit_time,
-            "time/env_steps_per_s": stats["steps"] / max(rollout_time, 1e-9),
-            "time/rollout_tokens_per_s": tokens / max(policy_time, 1e-9),
-            "time/action_tokens_per_s": action_tokens / max(policy_time, 1e-9),
-        }
-        if logprob_gaps:  # another sampler (vLLM) than the trainer's model: how well they agree
-            self._rollout_log["rollout/sampler_logprob_gap_max"] = max(logprob_gaps)
-            self._rollout_log["rollout/sampler_logprob_gap_mean_step"] = float(np.mean(logprob_gaps))
+        self._rollout_log = meter.log(stats, rollout_time, credit_time)
         if credit is not None:
             for key, value in credit.diagnostics.items():
                 if isinstance(value, (bool, int, float, np.integer, np.floating)):

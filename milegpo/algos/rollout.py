@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch as th
 
+from milegpo.algos.buffer import step_tokens
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 
@@ -64,3 +65,37 @@ def play_episodes(policy: Any, env: GroupedTextVecEnv, obs: np.ndarray, infos: l
             return False
         obs, infos = new_obs, new_infos
     return True
+
+
+@dataclass
+class RolloutMeter:
+    """The time and token counts of one training rollout, turned into its ``rollout/`` and ``time/`` log values."""
+
+    started: float = field(default_factory=time.perf_counter)
+    policy_seconds: float = 0.0
+    tokens: int = 0  # prompt + action (or candidate) tokens the policy read
+    action_tokens: int = 0
+    logprob_gaps: list[float] = field(default_factory=list)  # per step: max |sampler - trainer| behaviour log-prob
+
+    def add(self, sample: Any) -> None:
+        """Count one step's sample."""
+        self.tokens += step_tokens(sample)
+        self.action_tokens += len(sample.action_ids)
+        if getattr(sample, "sampler_logprobs", None) is not None:
+            self.logprob_gaps.append(float(np.abs(sample.sampler_logprobs - sample.old_logprobs).max(initial=0.0)))
+
+    def log(self, stats: dict[str, float], rollout_seconds: float, credit_seconds: float) -> dict[str, float]:
+        """The iteration's rollout values from the buffer's episode ``stats`` (all ranks) and the timings."""
+        values = {
+            **{f"rollout/{k}": v for k, v in stats.items() if k not in ("episodes", "steps")},
+            "rollout/episodes": stats["episodes"],
+            "time/rollout_s": rollout_seconds,
+            "time/credit_s": credit_seconds,
+            "time/env_steps_per_s": stats["steps"] / max(rollout_seconds, 1e-9),
+            "time/rollout_tokens_per_s": self.tokens / max(self.policy_seconds, 1e-9),
+            "time/action_tokens_per_s": self.action_tokens / max(self.policy_seconds, 1e-9),
+        }
+        if self.logprob_gaps:  # another sampler (vLLM) than the trainer's model: how well they agree
+            values["rollout/sampler_logprob_gap_max"] = max(self.logprob_gaps)
+            values["rollout/sampler_logprob_gap_mean_step"] = float(np.mean(self.logprob_gaps))
+        return values

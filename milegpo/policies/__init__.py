@@ -4,7 +4,9 @@
 ``smollm2_path`` converts the offline SmolLM2-135M-Instruct package to a local checkpoint.
 """
 
-from milegpo.policies.llm_policy import ActionSample, LLMPolicy, completion_logprobs
+from milegpo.policies.llm_policy import LLMPolicy
+from milegpo.policies.sample import ActionSample
+from milegpo.policies.scoring import completion_logprobs
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import PROMPT_TEMPLATES, PromptBuilder
 from milegpo.policies.smollm import smollm2_path

@@ -20,18 +20,15 @@ The reference policy for the KL term is the same model with the adapter disabled
 trainable, and :meth:`LLMPolicy.state_dict` holds only them, so SB3-style saving
 never writes the base model.
 
-Batched log-probs (:func:`completion_logprobs`): prompts left-padded, completions
+Batched log-probs (:func:`milegpo.policies.scoring.completion_logprobs`): prompts left-padded, completions
 right-padded, ``position_ids = cumsum(attention_mask) - 1``, only the logits that
 predict completion tokens are computed.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,18 +37,17 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 
 from milegpo.options import CANDIDATE_SCORES, MODES, ROLLOUT_BACKENDS, check_backend_for_mode, check_choice
-from milegpo.policies.model import DEFAULT_LORA, DEFAULT_TARGET_MODULES, load_lora_model  # noqa: F401
+from milegpo.policies.adapter_files import AdapterFilesMixin
+from milegpo.policies.model import DEFAULT_LORA, load_lora_model
 from milegpo.policies.optim import resolve_optimizer_class
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder, TokenCache
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.sampling import HFSampler, Sampler
-from milegpo.policies.scoring import (candidate_logprobs, completion_logprobs, packed_candidate_logprobs,
-                                      supports_packed_candidates)
+from milegpo.policies.scoring import candidate_scores, score_rows
 
-POLICY_FILE = "policy.json"
 
-class LLMPolicy(BasePolicy):
+class LLMPolicy(AdapterFilesMixin, BasePolicy):
     """A ``transformers`` causal LM + peft LoRA adapter acting on text observations.
 
     :param observation_space: the env's (text) observation space.
@@ -205,88 +201,6 @@ class LLMPolicy(BasePolicy):
         """The LoRA parameters (the only ones with ``requires_grad``)."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    # ---------------------------------------------------- adapter-only state
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, th.Tensor]:
-        """Only the trainable (LoRA) tensors: the base model is reloaded from ``model``."""
-        full = super().state_dict(*args, **kwargs)
-        names = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
-        return {k: v for k, v in full.items() if k in names}
-
-    def load_state_dict(self, state_dict: dict[str, th.Tensor], strict: bool = True, assign: bool = False):
-        """Load LoRA tensors saved by :meth:`state_dict` (strict: exactly the same keys)."""
-        own = self.state_dict()
-        missing, unexpected = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
-        if strict and (missing or unexpected):
-            raise RuntimeError(f"adapter state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        return super().load_state_dict({k: v for k, v in state_dict.items() if k in own}, strict=False, assign=assign)
-
-    def save_adapter(self, path: str | os.PathLike) -> None:
-        """Save the LoRA adapter with peft (``adapter_model.safetensors`` + ``adapter_config.json``).
-
-        peft keeps ``target_modules`` as a set and writes it in hash order, which changes
-        from process to process: the list is sorted here so that equal adapters give
-        equal files.
-        """
-        self.model.save_pretrained(str(path), safe_serialization=True)
-        config_file = Path(path) / "adapter_config.json"
-        config = json.loads(config_file.read_text())
-        if isinstance(config.get("target_modules"), list):
-            config["target_modules"] = sorted(config["target_modules"])
-            config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-    def load_adapter(self, path: str | os.PathLike) -> None:
-        """Load adapter weights saved by :meth:`save_adapter` into this policy's adapter."""
-        from peft.utils import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        path = Path(path)
-        weights, config_file = path / "adapter_model.safetensors", path / "adapter_config.json"
-        if not weights.is_file() or not config_file.is_file():
-            raise FileNotFoundError(f"{path} holds no saved adapter (adapter_model.safetensors + adapter_config.json)")
-        saved = json.loads(config_file.read_text())
-        ours = self.model.peft_config["default"]
-        if int(saved.get("r", -1)) != ours.r or set(saved.get("target_modules") or []) != set(ours.target_modules or []):
-            raise ValueError(
-                f"adapter in {path} (r={saved.get('r')}, target_modules={saved.get('target_modules')}) does not match "
-                f"this policy (r={ours.r}, target_modules={sorted(ours.target_modules)})"
-            )
-        try:
-            state = load_file(str(weights), device=str(self.device))
-        except Exception as err:  # safetensors raises its own error types for corrupt files
-            raise ValueError(f"cannot read adapter weights {weights}: {err}") from err
-        result = set_peft_model_state_dict(self.model, state)
-        bad = [k for k in result.unexpected_keys]
-        if bad:
-            raise ValueError(f"adapter in {path} has tensors this model lacks: {bad[:5]}")
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Save the policy to a folder: the adapter (safetensors) and ``policy.json`` (the settings).
-
-        Nothing is pickled; :meth:`load` rebuilds the policy from the base model and these two files.
-        """
-        path = Path(path)
-        self.save_adapter(path)
-        params = self._get_constructor_parameters()
-        for key in ("observation_space", "action_space"):
-            params.pop(key)
-        cls = params.pop("optimizer_class")
-        params["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
-        (path / POLICY_FILE).write_text(json.dumps(params, indent=2))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LLMPolicy:  # type: ignore[override]
-        """Rebuild a policy saved by :meth:`save` (``overrides`` replace saved settings, e.g. ``temperature``)."""
-        from milegpo.envs.core import TextSpace
-
-        path = Path(path)
-        if not (path / POLICY_FILE).is_file():
-            raise FileNotFoundError(f"{path} holds no saved LLMPolicy ({POLICY_FILE} missing)")
-        params = json.loads((path / POLICY_FILE).read_text())
-        params.update(device=device, **overrides)
-        policy = cls(TextSpace(), TextSpace(), lambda _: 0.0, **params)
-        policy.load_adapter(path)
-        return policy
-
     # ---------------------------------------------------------------- prompts
     def build_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
         """Prompt token ids for one env (task from ``info["task"]``, commands from ``info``)."""
@@ -297,6 +211,15 @@ class LLMPolicy(BasePolicy):
         ids = self._command_tokens(command)
         eos = self.tokenizer.eos_token_id
         return ids + ([eos] if eos is not None else [])
+
+    def _scores(self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
+        """Each prompt's candidate scores (:func:`~milegpo.policies.scoring.candidate_scores`)."""
+        return candidate_scores(self.model, prompts, candidates, self.pad_id, self.batch_tokens, self.candidate_score)
+
+    def _logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                  with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:
+        """Each completion's token log-probs at the policy's temperature (:func:`~milegpo.policies.scoring.score_rows`)."""
+        return score_rows(self.model, prompts, completions, self.pad_id, self.temperature, self.batch_tokens, with_entropy)
 
     def demonstration(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]],
                       action: str) -> ActionSample:
@@ -341,71 +264,6 @@ class LLMPolicy(BasePolicy):
         finally:
             self.set_training_mode(was_training)
 
-    def _score_rows(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], temperature: float,
-                    with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:  # fmt: skip
-        """Per-row token log-probs (and entropies), in length-sorted chunks of ``max_batch_tokens``."""
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
-        logps: list[th.Tensor] = [th.empty(0)] * len(prompts)
-        ents: list[th.Tensor | None] = [None] * len(prompts)
-        start = 0
-        while start < len(order):
-            end, p_max, c_max = start, 0, 0
-            while end < len(order):
-                i = order[end]
-                p_new, c_new = max(p_max, len(prompts[i])), max(c_max, len(completions[i]))
-                if end > start and (end - start + 1) * (p_new + c_new) > self.batch_tokens:
-                    break
-                end, p_max, c_max = end + 1, p_new, c_new
-            rows = order[start:end]
-            logp, mask, ent = completion_logprobs(
-                self.model, [prompts[i] for i in rows], [completions[i] for i in rows], self.pad_id, temperature,
-                with_entropy,
-            )  # fmt: skip
-            for j, i in enumerate(rows):
-                n = len(completions[i])
-                logps[i] = logp[j, :n]
-                ents[i] = ent[j, :n] if ent is not None else None
-            start = end
-        return logps, ents
-
-    def _candidate_scores(self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
-        """For each env, the score of each candidate: its summed (or mean) token log-prob at temperature 1.
-
-        Envs with the same prompt and candidates (the copies of a group at their first
-        step, copies that met again in a state) are scored once and share the result
-        (the same tensor, so gradients add up). Each distinct prompt is run once and its
-        candidates scored on its KV cache: packed into one row
-        (:func:`packed_candidate_logprobs`, sdpa and eager attention) or one row per
-        candidate on a repeated cache (:func:`candidate_logprobs`, any other attention),
-        prompts grouped in length order into chunks of about ``max_batch_tokens``
-        (rows x padded width of prompt and candidates).
-        """
-        first: dict[tuple, int] = {}
-        source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i) for i, (p, c) in enumerate(zip(prompts, candidates))]
-        distinct = list(first.values())
-        order = sorted(distinct, key=lambda i: len(prompts[i]))
-        scores: list[th.Tensor] = [th.empty(0)] * len(prompts)
-        packed = supports_packed_candidates(self.model)
-        score = packed_candidate_logprobs if packed else candidate_logprobs
-        start = 0
-        while start < len(order):
-            end, n_rows, width = start, 0, 0
-            while end < len(order):
-                i = order[end]
-                tail = sum(map(len, candidates[i])) if packed else max(map(len, candidates[i]))
-                w = max(width, len(prompts[i]) + tail)
-                rows = n_rows + (1 if packed else len(candidates[i]))
-                if end > start and rows * w > self.batch_tokens:
-                    break
-                end, n_rows, width = end + 1, rows, w
-            chunk = order[start:end]
-            logp, mask = score(self.model, [prompts[i] for i in chunk], [candidates[i] for i in chunk], self.pad_id)
-            row_scores = logp.sum(-1) if self.candidate_score == "sum" else logp.sum(-1) / mask.sum(-1)
-            for i, sc in zip(chunk, row_scores.split([len(candidates[i]) for i in chunk])):
-                scores[i] = sc
-            start = end
-        return [scores[i] for i in source]
-
     def _choose(self, prompts: list[list[int]], infos: Sequence[dict[str, Any]], deterministic: bool) -> list[ActionSample]:
         commands = []
         for i, info in enumerate(infos):
@@ -418,7 +276,7 @@ class LLMPolicy(BasePolicy):
             commands.append(list(cmds))
         candidates = [[self._candidate_ids(c) for c in cmds] for cmds in commands]
         samples = []
-        for prompt, cmds, cands, scores in zip(prompts, commands, candidates, self._candidate_scores(prompts, candidates)):
+        for prompt, cmds, cands, scores in zip(prompts, commands, candidates, self._scores(prompts, candidates)):
             log_pi = th.log_softmax(scores.float() / self.temperature, dim=-1).cpu()
             if deterministic:
                 chosen = int(log_pi.argmax())
@@ -454,7 +312,7 @@ class LLMPolicy(BasePolicy):
         completions = self.sampler.generate(prompts, self.temperature, self.max_new_tokens, deterministic, seed)
         replies = [c.token_ids for c in completions]
         recompute = not isinstance(self.sampler, HFSampler) and not self.trust_sampler_logprobs and not deterministic
-        behaviour = self._score_rows(prompts, replies, self.temperature)[0] if recompute else None
+        behaviour = self._logprobs(prompts, replies)[0] if recompute else None
         samples = []
         for i, completion in enumerate(completions):
             raw = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
@@ -503,8 +361,7 @@ class LLMPolicy(BasePolicy):
     def _evaluate(self, samples: Sequence[ActionSample], with_entropy: bool) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
         device = self.device
         if self.mode == "generate":
-            logps, ents = self._score_rows([s.prompt_ids for s in samples], [s.action_ids for s in samples],
-                                           self.temperature, with_entropy)  # fmt: skip
+            logps, ents = self._logprobs([s.prompt_ids for s in samples], [s.action_ids for s in samples], with_entropy)
             length = max(len(s.action_ids) for s in samples)
             logp = th.zeros((len(samples), length), device=device)
             entropy = th.zeros((len(samples), length), device=device) if with_entropy else None
@@ -517,7 +374,7 @@ class LLMPolicy(BasePolicy):
             return logp, mask, entropy
         if any(s.candidate_ids is None or s.chosen is None for s in samples):
             raise ValueError("choose-mode evaluate_actions needs samples with candidate_ids and chosen")
-        scores = self._candidate_scores([s.prompt_ids for s in samples], [s.candidate_ids for s in samples])
+        scores = self._scores([s.prompt_ids for s in samples], [s.candidate_ids for s in samples])
         logp = th.zeros((len(samples), 1), device=device)
         entropy = th.zeros((len(samples), 1), device=device) if with_entropy else None
         for i, (s, sc) in enumerate(zip(samples, scores)):

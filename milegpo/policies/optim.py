@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from typing import Any
 
 import torch as th
 
@@ -23,6 +24,11 @@ def resolve_optimizer_class(value: type[th.optim.Optimizer] | str) -> type[th.op
     return found
 
 
-def optimizer_arguments(optimizer_class: type[th.optim.Optimizer] | str) -> set[str]:
-    """The keyword arguments an optimizer class (or its ``"module:Name"`` path) accepts."""
-    return set(inspect.signature(resolve_optimizer_class(optimizer_class)).parameters)
+def with_default_weight_decay(optimizer_class: type[th.optim.Optimizer] | str, optimizer_kwargs: dict[str, Any] | None,
+                              weight_decay: float) -> dict[str, Any]:
+    """``optimizer_kwargs`` with ``weight_decay`` added unless they set it or the optimizer takes none
+    (the algorithm's weight decay is a default; the optimizer settings a user gives win)."""
+    kwargs = dict(optimizer_kwargs or {})
+    if "weight_decay" in inspect.signature(resolve_optimizer_class(optimizer_class)).parameters:
+        kwargs.setdefault("weight_decay", weight_decay)
+    return kwargs

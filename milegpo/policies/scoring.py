@@ -197,3 +197,71 @@ def packed_candidate_logprobs(
     cand_mask = (th.arange(int(lengths.max())).unsqueeze(0) < lengths.unsqueeze(1)).to(device)
     logp = th.zeros(cand_mask.shape, dtype=token_logp.dtype, device=device).masked_scatter(cand_mask, token_logp)
     return logp, cand_mask
+
+
+def score_rows(model: th.nn.Module, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+               pad_id: int, temperature: float, batch_tokens: int,
+               with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:  # fmt: skip
+    """Per-row token log-probs (and entropies) of ``completions`` after ``prompts``
+    (:func:`completion_logprobs`), in length-sorted chunks of about ``batch_tokens`` padded tokens."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+    logps: list[th.Tensor] = [th.empty(0)] * len(prompts)
+    ents: list[th.Tensor | None] = [None] * len(prompts)
+    start = 0
+    while start < len(order):
+        end, p_max, c_max = start, 0, 0
+        while end < len(order):
+            i = order[end]
+            p_new, c_new = max(p_max, len(prompts[i])), max(c_max, len(completions[i]))
+            if end > start and (end - start + 1) * (p_new + c_new) > batch_tokens:
+                break
+            end, p_max, c_max = end + 1, p_new, c_new
+        rows = order[start:end]
+        logp, _, ent = completion_logprobs(model, [prompts[i] for i in rows], [completions[i] for i in rows], pad_id,
+                                           temperature, with_entropy)  # fmt: skip
+        for j, i in enumerate(rows):
+            n = len(completions[i])
+            logps[i] = logp[j, :n]
+            ents[i] = ent[j, :n] if ent is not None else None
+        start = end
+    return logps, ents
+
+
+def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
+                     candidates: Sequence[Sequence[Sequence[int]]], pad_id: int, batch_tokens: int,
+                     candidate_score: str = "sum") -> list[th.Tensor]:
+    """For each prompt, the score of each candidate: its summed (``candidate_score="sum"``) or
+    mean (``"mean"``) token log-prob at temperature 1.
+
+    Prompts with the same candidates (the copies of a group at their first step, copies
+    that met again in a state) are scored once and share the result (the same tensor, so
+    gradients add up). Each distinct prompt is run once and its candidates scored on its
+    KV cache: packed into one row (:func:`packed_candidate_logprobs`, sdpa and eager
+    attention) or one row per candidate on a repeated cache (:func:`candidate_logprobs`,
+    any other attention), prompts grouped in length order into chunks of about
+    ``batch_tokens`` (rows x padded width of prompt and candidates).
+    """
+    first: dict[tuple, int] = {}
+    source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i) for i, (p, c) in enumerate(zip(prompts, candidates))]
+    order = sorted(first.values(), key=lambda i: len(prompts[i]))
+    scores: list[th.Tensor] = [th.empty(0)] * len(prompts)
+    packed = supports_packed_candidates(model)
+    score = packed_candidate_logprobs if packed else candidate_logprobs
+    start = 0
+    while start < len(order):
+        end, n_rows, width = start, 0, 0
+        while end < len(order):
+            i = order[end]
+            tail = sum(map(len, candidates[i])) if packed else max(map(len, candidates[i]))
+            w = max(width, len(prompts[i]) + tail)
+            rows = n_rows + (1 if packed else len(candidates[i]))
+            if end > start and rows * w > batch_tokens:
+                break
+            end, n_rows, width = end + 1, rows, w
+        chunk = order[start:end]
+        logp, mask = score(model, [prompts[i] for i in chunk], [candidates[i] for i in chunk], pad_id)
+        row_scores = logp.sum(-1) if candidate_score == "sum" else logp.sum(-1) / mask.sum(-1)
+        for i, sc in zip(chunk, row_scores.split([len(candidates[i]) for i in chunk])):
+            scores[i] = sc
+        start = end
+    return [scores[i] for i in source]
