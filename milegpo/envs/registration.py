@@ -8,6 +8,7 @@ when their env is made. Register your own env with :func:`register_env`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -88,6 +89,40 @@ def make_env(env_id: str, **kwargs: Any) -> TextEnv:
     if not isinstance(env, TextEnv):
         raise TypeError(f"{env_id!r} made a {type(env).__name__}, which is not a milegpo.envs.TextEnv")
     return env
+
+
+class RegisteredEnvFactory:
+    """Picklable factory of a registered env id: ``make_env(env_id, **env_kwargs)``.
+
+    It carries the id's entry point, so an env registered only in the parent
+    process (``register_env`` in a user script) can be made in a spawned worker.
+    """
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
+        check_env_id(env_id)
+        spec = gym.spec(env_id)
+        self.env_id = env_id
+        self.entry_point = spec.entry_point
+        self.default_kwargs = dict(spec.kwargs)
+        self.env_kwargs = dict(env_kwargs or {})
+
+    def __call__(self) -> TextEnv:
+        if self.env_id not in gym.registry:
+            register_env(self.env_id, self.entry_point, **self.default_kwargs)
+        return make_env(self.env_id, **self.env_kwargs)
+
+    def __repr__(self) -> str:
+        return f"RegisteredEnvFactory({self.env_id!r}, {self.env_kwargs!r})"
+
+
+class KwargsFactory:
+    """``factory(**kwargs)`` as a picklable zero-argument callable."""
+
+    def __init__(self, factory: Callable[..., TextEnv], kwargs: dict[str, Any]):
+        self.factory, self.kwargs = factory, dict(kwargs)
+
+    def __call__(self) -> TextEnv:
+        return self.factory(**self.kwargs)
 
 
 def _register_builtins() -> None:

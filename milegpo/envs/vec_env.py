@@ -53,23 +53,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
 from milegpo.envs.core import TextEnv, TextSpace
-from milegpo.envs.registration import check_env_id, make_env, register_env
-from milegpo.envs.vec_worker import EnvHost, Result, worker_main
+from milegpo.envs.registration import KwargsFactory, RegisteredEnvFactory  # noqa: F401 (RegisteredEnvFactory: public here)
+from milegpo.envs.vec_worker import EnvWorkerError, LocalWorker, ProcessWorker, Result  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
 #: Task seeds are drawn from [0, MAX_SEED) when the env has no finite task list.
 MAX_SEED = 2**31 - 1
-
-
-class EnvWorkerError(RuntimeError):
-    """A worker process died, hung past its timeout, or could not start."""
 
 
 class EnvErrorLog:
@@ -100,126 +95,6 @@ class EnvErrorLog:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
-
-
-class RegisteredEnvFactory:
-    """Picklable factory of a registered env id: ``make_env(env_id, **env_kwargs)``.
-
-    It carries the id's entry point, so an env registered only in the parent
-    process (``register_env`` in a user script) can be made in a spawned worker.
-    """
-
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
-        check_env_id(env_id)
-        spec = gym.spec(env_id)
-        self.env_id = env_id
-        self.entry_point = spec.entry_point
-        self.default_kwargs = dict(spec.kwargs)
-        self.env_kwargs = dict(env_kwargs or {})
-
-    def __call__(self) -> TextEnv:
-        if self.env_id not in gym.registry:
-            register_env(self.env_id, self.entry_point, **self.default_kwargs)
-        return make_env(self.env_id, **self.env_kwargs)
-
-    def __repr__(self) -> str:
-        return f"RegisteredEnvFactory({self.env_id!r}, {self.env_kwargs!r})"
-
-
-class _LocalWorker:
-    """Runs an :class:`EnvHost` in this process, with the worker-process interface."""
-
-    def __init__(self, env_fns: Sequence[Callable[[], TextEnv]]):
-        self.host = EnvHost(env_fns)
-        self._reply: tuple[str, Any] = ("ok", None)
-
-    def send(self, command: str, *data: Any) -> None:
-        try:
-            self._reply = ("ok", getattr(self.host, command)(*data))
-        except Exception as exc:
-            self._reply = ("raise", exc)
-
-    def recv(self) -> tuple[str, Any]:
-        return self._reply
-
-    def restart(self) -> None:  # pragma: no cover - a local worker cannot die
-        pass
-
-    def close(self) -> None:
-        self.host.close()
-
-
-class _ProcessWorker:
-    """An :class:`EnvHost` in a child process, talked to through a pipe with timeouts."""
-
-    def __init__(self, ctx: Any, env_fns: Sequence[Callable[[], TextEnv]], timeout: float, name: str):
-        self._ctx = ctx
-        self._pickled_fns = cloudpickle.dumps(list(env_fns))
-        self.timeout = timeout
-        self.name = name
-        self._send_error: BaseException | None = None
-        self._start()
-
-    def _start(self) -> None:
-        self.conn, child_conn = self._ctx.Pipe()
-        self.process = self._ctx.Process(target=worker_main, args=(child_conn, self._pickled_fns), daemon=True, name=self.name)
-        self.process.start()
-        child_conn.close()
-        try:
-            status, payload = self.recv()
-        except EnvWorkerError as exc:
-            self._kill()
-            raise EnvWorkerError(f"{self.name} failed to start: {exc}") from None
-        if status == "raise":
-            self._kill()
-            raise EnvWorkerError(f"{self.name} failed to build its envs: {payload!r}") from payload
-
-    def send(self, command: str, *data: Any) -> None:
-        self._send_error = None
-        try:
-            self.conn.send((command, data))
-        except (OSError, ValueError) as exc:  # broken pipe: the process is gone
-            self._send_error = exc
-
-    def recv(self) -> tuple[str, Any]:
-        if self._send_error is not None:
-            raise EnvWorkerError(f"{self.name} is not reachable ({self._send_error!r}){self._exit_text()}")
-        try:
-            if not self.conn.poll(self.timeout):
-                raise EnvWorkerError(f"{self.name} gave no answer within {self.timeout:g} s (hung env?)")
-            return self.conn.recv()
-        except (EOFError, OSError) as exc:
-            raise EnvWorkerError(f"{self.name} died ({type(exc).__name__}){self._exit_text()}") from None
-
-    def restart(self) -> None:
-        self._kill()
-        self._start()
-
-    def close(self, wait: float = 5.0) -> None:
-        """Ask the worker to close its envs; kill it if it does not finish within ``wait`` seconds."""
-        if self.process.is_alive():
-            self.send("close")
-            try:
-                if self._send_error is None and self.conn.poll(wait):
-                    self.conn.recv()
-            except (EOFError, OSError):
-                pass
-            self.process.join(timeout=wait)
-        self._kill()
-
-    def _exit_text(self) -> str:
-        self.process.join(timeout=1)
-        code = self.process.exitcode
-        return "" if code is None else f", exit code {code}"
-
-    def _kill(self) -> None:
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout=5)
-        self.conn.close()
 
 
 class GroupedTextVecEnv(VecEnv):
@@ -273,19 +148,19 @@ class GroupedTextVecEnv(VecEnv):
 
         blocks = self._blocks(num_envs, n_workers if subprocess else 1)
         self._slots = [(w, j) for w, block in enumerate(blocks) for j in range(len(block))]  # env -> (worker, local)
-        self._workers: list[_LocalWorker | _ProcessWorker]
+        self._workers: list[LocalWorker | ProcessWorker]
         if subprocess:
             ctx = mp.get_context(self._start_method(start_method))
             self._workers = []
             try:
                 for w, block in enumerate(blocks):
-                    self._workers.append(_ProcessWorker(ctx, [env_fn] * len(block), timeout, f"env-worker-{w}"))
+                    self._workers.append(ProcessWorker(ctx, [env_fn] * len(block), timeout, f"env-worker-{w}"))
             except BaseException:
                 for worker in self._workers:
                     worker.close()
                 raise
         else:
-            self._workers = [_LocalWorker([env_fn] * num_envs)]
+            self._workers = [LocalWorker([env_fn] * num_envs)]
 
         self._obs = np.array([""] * num_envs, dtype=object)
         self._active = np.zeros(num_envs, dtype=bool)
@@ -547,18 +422,8 @@ def make_vec_env(
     if isinstance(env_id_or_factory, str):
         env_fn: Callable[[], TextEnv] = RegisteredEnvFactory(env_id_or_factory, env_kwargs)
     elif callable(env_id_or_factory):
-        env_fn = _KwargsFactory(env_id_or_factory, env_kwargs) if env_kwargs else env_id_or_factory
+        env_fn = KwargsFactory(env_id_or_factory, env_kwargs) if env_kwargs else env_id_or_factory
     else:
         raise TypeError(f"env_id_or_factory must be an env id or a callable returning a TextEnv, got {env_id_or_factory!r}")
     return GroupedTextVecEnv(env_fn, n_tasks=n_tasks, group_size=group_size, seed=seed, subprocess=subprocess,
                              n_workers=n_workers, start_method=start_method, timeout=timeout, shard=shard)
-
-
-class _KwargsFactory:
-    """``factory(**kwargs)`` as a picklable zero-argument callable."""
-
-    def __init__(self, factory: Callable[..., TextEnv], kwargs: dict[str, Any]):
-        self.factory, self.kwargs = factory, dict(kwargs)
-
-    def __call__(self) -> TextEnv:
-        return self.factory(**self.kwargs)

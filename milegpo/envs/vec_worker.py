@@ -6,6 +6,10 @@ rebuilt from its factory at its next reset), so one broken env never takes down
 the batch. :func:`worker_main` is the loop of a worker process around an
 ``EnvHost``.
 
+The other end of the pipe is here too: :class:`ProcessWorker` (a child process running
+:func:`worker_main`, talked to with timeouts, killed and restarted when it dies or hangs)
+and :class:`LocalWorker` (the same interface in this process).
+
 This module imports neither stable-baselines3 nor torch: a spawned worker only
 pays for numpy, gymnasium and the env itself.
 """
@@ -17,6 +21,8 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import cloudpickle
 
 from milegpo.envs.core import TextEnv
 
@@ -162,3 +168,103 @@ def _picklable(exc: BaseException) -> BaseException:
         return exc
     except Exception:
         return RuntimeError(format_exception(exc))
+
+
+class EnvWorkerError(RuntimeError):
+    """A worker process died, hung past its timeout, or could not start."""
+
+
+class LocalWorker:
+    """Runs an :class:`EnvHost` in this process, with the worker-process interface."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], TextEnv]]):
+        self.host = EnvHost(env_fns)
+        self._reply: tuple[str, Any] = ("ok", None)
+
+    def send(self, command: str, *data: Any) -> None:
+        try:
+            self._reply = ("ok", getattr(self.host, command)(*data))
+        except Exception as exc:
+            self._reply = ("raise", exc)
+
+    def recv(self) -> tuple[str, Any]:
+        return self._reply
+
+    def restart(self) -> None:  # pragma: no cover - a local worker cannot die
+        pass
+
+    def close(self) -> None:
+        self.host.close()
+
+
+class ProcessWorker:
+    """An :class:`EnvHost` in a child process, talked to through a pipe with timeouts."""
+
+    def __init__(self, ctx: Any, env_fns: Sequence[Callable[[], TextEnv]], timeout: float, name: str):
+        self._ctx = ctx
+        self._pickled_fns = cloudpickle.dumps(list(env_fns))
+        self.timeout = timeout
+        self.name = name
+        self._send_error: BaseException | None = None
+        self._start()
+
+    def _start(self) -> None:
+        self.conn, child_conn = self._ctx.Pipe()
+        self.process = self._ctx.Process(target=worker_main, args=(child_conn, self._pickled_fns), daemon=True, name=self.name)
+        self.process.start()
+        child_conn.close()
+        try:
+            status, payload = self.recv()
+        except EnvWorkerError as exc:
+            self._kill()
+            raise EnvWorkerError(f"{self.name} failed to start: {exc}") from None
+        if status == "raise":
+            self._kill()
+            raise EnvWorkerError(f"{self.name} failed to build its envs: {payload!r}") from payload
+
+    def send(self, command: str, *data: Any) -> None:
+        self._send_error = None
+        try:
+            self.conn.send((command, data))
+        except (OSError, ValueError) as exc:  # broken pipe: the process is gone
+            self._send_error = exc
+
+    def recv(self) -> tuple[str, Any]:
+        if self._send_error is not None:
+            raise EnvWorkerError(f"{self.name} is not reachable ({self._send_error!r}){self._exit_text()}")
+        try:
+            if not self.conn.poll(self.timeout):
+                raise EnvWorkerError(f"{self.name} gave no answer within {self.timeout:g} s (hung env?)")
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise EnvWorkerError(f"{self.name} died ({type(exc).__name__}){self._exit_text()}") from None
+
+    def restart(self) -> None:
+        self._kill()
+        self._start()
+
+    def close(self, wait: float = 5.0) -> None:
+        """Ask the worker to close its envs; kill it if it does not finish within ``wait`` seconds."""
+        if self.process.is_alive():
+            self.send("close")
+            try:
+                if self._send_error is None and self.conn.poll(wait):
+                    self.conn.recv()
+            except (EOFError, OSError):
+                pass
+            self.process.join(timeout=wait)
+        self._kill()
+
+    def _exit_text(self) -> str:
+        self.process.join(timeout=1)
+        code = self.process.exitcode
+        return "" if code is None else f", exit code {code}"
+
+    def _kill(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
