@@ -9,7 +9,9 @@ win any more gets ``horizon + 1``. The true quality of a step is its progress
 ``q_t = d*(s_t) - d*(s_{t+1})``.
 
 Groups of ``K`` rollouts per task are played by the uniform random policy over the
-admissible commands (what an untrained agent does), and each method's advantages are
+admissible commands (what an untrained agent does) or, with ``--epsilon``, by a mixture
+of the env's scripted expert and that random policy (structured rollouts, closer to a
+pretrained agent's, where milestones recur across the group), and each method's advantages are
 scored on them, over the tasks with at least one success (without one every method
 gives zero step-level credit):
 
@@ -37,6 +39,8 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
     python benchmarks/credit_quality.py                      # all envs, seeds 0-4
     python benchmarks/credit_quality.py --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4  # + HGPO, RLOO
     python benchmarks/credit_quality.py --envs house --seeds 0
+    python benchmarks/credit_quality.py --envs house webshop alfworld --epsilon 0.5 \
+        --out benchmarks/results/credit_quality_mixture_eps0.5          # structured groups
 """
 
 from __future__ import annotations
@@ -78,8 +82,13 @@ PAPER = {"shared_state_share": "≈ 0.74", "tie_share": "0.544 ALFWorld, 0.727 W
          "ties_broken_rcs": "0.265", "ties_broken_uniform": "0.170"}
 
 
-def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int):
-    """Random-policy groups on the env's train tasks: the batch, d*(s_t) and d*(s_{t+1})."""
+def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int, epsilon: float = 1.0):
+    """Groups on the env's train tasks: the batch, d*(s_t) and d*(s_{t+1}).
+
+    Each step is the env's scripted expert's command (``env.expert_action()``) with
+    probability ``1 - epsilon``, else a uniformly random admissible command; ``epsilon=1``
+    is the random policy (and draws exactly the random numbers it always did).
+    """
     env, tracker_factory = ground_truth.make(env_name)
     horizon = env.max_episode_steps
     unsolvable = horizon + 1
@@ -95,7 +104,8 @@ def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int):
             states, actions, rewards, valid, done = [info["state_key"]], [], [], [], False
             dists = [tracker.distance(info)]
             while not done:
-                action = rng.choice(info["admissible_commands"])
+                expert = env.expert_action() if epsilon < 1.0 and rng.random() >= epsilon else None
+                action = expert if expert is not None else rng.choice(info["admissible_commands"])
                 _, reward, terminated, truncated, info = env.step(action)
                 tracker.observe(action, info)
                 done = terminated or truncated
@@ -173,8 +183,8 @@ def paper_statistics(batch: StepBatch, progress: np.ndarray, preset: dict) -> di
     return out
 
 
-def score_env(env_name: str, n_tasks: int, group_size: int, seed: int) -> dict:
-    batch, dist, next_dist, horizon = rollout_groups(env_name, n_tasks, group_size, seed)
+def score_env(env_name: str, n_tasks: int, group_size: int, seed: int, epsilon: float = 1.0) -> dict:
+    batch, dist, next_dist, horizon = rollout_groups(env_name, n_tasks, group_size, seed, epsilon)
     progress = dist - next_dist
     solved_tasks = np.unique(batch.task_ids[batch.success[batch.traj_ids]])
     scored = np.isin(batch.task_ids, solved_tasks)
@@ -216,14 +226,15 @@ def summarize(per_seed: list[dict]) -> dict:
 
 
 def write_tables(report: dict, path: Path) -> None:
-    lines = ["### Credit against ground truth (random-policy groups; mean ± std over seeds; "
+    groups = report.get("groups", "random-policy groups")
+    lines = [f"### Credit against ground truth ({groups}; mean ± std over seeds; "
              "Δ = paired difference to GraphGPO, worst..best seed)", ""]
     envs = list(report["envs"])
     for env_name in envs:
         info = report["envs"][env_name]
         summary = info["summary"]["methods"]
         lines += [f"**{env_name}** ({ground_truth.ENVS[env_name][0]}, {info['tasks']} tasks × {info['group_size']}, "
-                  f"seeds {info['seeds']}, random success {info['success_rate']:.2f}, "
+                  f"seeds {info['seeds']}, rollout success {info['success_rate']:.2f}, "
                   f"{info['pairs']:.0f} same-state pairs per seed)", "",
                   "| credit | pairwise accuracy | Δ | weighted agreement | Δ | trap credit (std) |",
                   "|---|---|---|---|---|---|"]
@@ -236,7 +247,7 @@ def write_tables(report: dict, path: Path) -> None:
                 f"| {wag['vs_graphgpo_mean']:+.3f} ({wag['vs_graphgpo_min']:+.3f}..{wag['vs_graphgpo_max']:+.3f}) "
                 + (f"| {trap['mean']:+.2f} ± {trap['std']:.2f} |" if np.isfinite(trap["mean"]) else "| – |"))
         lines.append("")
-    lines += ["### The paper's statistics side by side (ours: random-policy groups, tasks with a success)", "",
+    lines += [f"### The paper's statistics side by side (ours: {groups}, tasks with a success)", "",
               "| statistic | " + " | ".join(envs) + " | paper (trained policy) |",
               "|---|" + "---|" * (len(envs) + 1)]
     names = {"shared_state_share": "transitions leaving a shared state",
@@ -261,6 +272,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100, help="tasks per seed (ALFWorld's train split has 48)")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--epsilon", type=float, default=1.0,
+                        help="structured groups: the expert's command with probability 1 - epsilon, else a random one "
+                             "(1: the random policy; House, WebShop and ALFWorld have an expert)")
     parser.add_argument("--out", default=str(RESULTS / "credit_quality"))
     parser.add_argument("--tables-only", action="store_true", help="redo OUT.md from OUT.json")
     args = parser.parse_args()
@@ -270,13 +284,19 @@ def main() -> None:
         return
 
     out = Path(args.out)
-    report = {"policy": "uniform random over admissible commands", "group_size": args.group_size, "envs": {}}
+    if args.epsilon < 1.0 and "coin" in args.envs:
+        parser.error("TWX coin has no scripted expert: --epsilon < 1 runs on house, webshop and alfworld")
+    groups = ("random-policy groups" if args.epsilon >= 1.0 else
+              f"epsilon-mixture groups: expert w.p. {1 - args.epsilon:.1f}, random w.p. {args.epsilon:.1f}")
+    report = {"policy": "uniform random over admissible commands" if args.epsilon >= 1.0 else
+              f"scripted expert with probability {1 - args.epsilon:g}, else uniform random",
+              "epsilon": args.epsilon, "groups": groups, "group_size": args.group_size, "envs": {}}
     if out.with_suffix(".json").exists():  # keep the other envs' results
         report["envs"] = json.loads(out.with_suffix(".json").read_text()).get("envs", {})
     for env_name in args.envs:
         started, per_seed = time.time(), []
         for seed in args.seeds:
-            row = score_env(env_name, args.tasks, args.group_size, seed)
+            row = score_env(env_name, args.tasks, args.group_size, seed, args.epsilon)
             per_seed.append(row)
             print(f"{env_name} seed {seed}: {row['tasks_with_success']}/{row['tasks']} tasks with a success, "
                   f"{row['pairs']} same-state pairs", flush=True)
