@@ -142,27 +142,28 @@ def _read_command(commands: list[str] | None, stdin: TextIO, stdout: TextIO) -> 
 
 
 # ---------------------------------------------------------------------- train
-#: command-line flag -> TrainConfig field (flags left unset keep the config's value)
+#: command-line flag -> (TrainConfig field, type, what the flag adds to the field's description);
+#: the description itself is the TrainConfig docstring's. Flags left unset keep the config's value.
 TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--algo": ("algo", str, "credit method"),
-    "--env": ("env", str, "registered env id"),
-    "--model": ("model", str, "hub name or local path of a causal LM (none: an offline tiny model)"),
-    "--mode": ("mode", str, "choose: score admissible commands; generate: free text + <action>"),
-    "--group-size": ("group_size", int, "rollouts per task (K)"),
-    "--n-tasks": ("n_tasks", int, "tasks per iteration"),
-    "--steps": ("total_timesteps", int, "env-step budget"),
-    "--lr": ("learning_rate", float, "AdamW learning rate"),
-    "--lora-r": ("lora_r", int, "LoRA rank"),
-    "--kl-coef": ("kl_coef", float, "k3 KL weight to the reference policy"),
-    "--credit-preset": ("credit_preset", str, "alfworld | webshop (MileGPO's per-env hyperparameters)"),
-    "--n-eval-tasks": ("n_eval_tasks", int, "held-out tasks per eval split"),
-    "--eval-freq": ("eval_freq", int, "iterations between held-out evaluations"),
-    "--checkpoint-freq": ("checkpoint_freq", int, "iterations between checkpoints"),
-    "--train-split": ("train_split", str, "the env's training split ('none': the env has no splits)"),
-    "--rollout-backend": ("rollout_backend", str, "generate mode: who samples, hf | vllm (pip install 'milegpo[vllm]')"),
-    "--device": ("device", str, "auto (CUDA when there is one) | cpu | cuda | cuda:N"),
-    "--seed": ("seed", int, "random seed"),
-    "--report-to": ("report_to", str, "experiment trackers, comma-separated: tensorboard,wandb,mlflow, or none"),
+    "--algo": ("algo", str, ""),
+    "--env": ("env", str, ""),
+    "--model": ("model", str, ""),
+    "--mode": ("mode", str, ""),
+    "--group-size": ("group_size", int, ""),
+    "--n-tasks": ("n_tasks", int, ""),
+    "--steps": ("total_timesteps", int, ""),
+    "--lr": ("learning_rate", float, ""),
+    "--lora-r": ("lora_r", int, ""),
+    "--kl-coef": ("kl_coef", float, ""),
+    "--credit-preset": ("credit_preset", str, ""),
+    "--n-eval-tasks": ("n_eval_tasks", int, ""),
+    "--eval-freq": ("eval_freq", int, ""),
+    "--checkpoint-freq": ("checkpoint_freq", int, ""),
+    "--train-split": ("train_split", str, "'none': the env has no splits"),
+    "--rollout-backend": ("rollout_backend", str, "vllm needs pip install 'milegpo[vllm]'"),
+    "--device": ("device", str, ""),
+    "--seed": ("seed", int, ""),
+    "--report-to": ("report_to", str, "comma-separated, or none"),
 }
 
 #: one algorithm per credit method (milegpo.algos.ALGORITHMS; the credit package imports no torch)
@@ -182,8 +183,9 @@ def _train_parser(subparsers: Any) -> None:
                     "Flags override the --config file; defaults shown are the CPU demo's.",
     )
     parser.add_argument("--config", help="JSON file of TrainConfig fields (flags override it)")
-    for flag, (field, kind, help_text) in TRAIN_FLAGS.items():
-        help_text = f"{help_text} (default: {getattr(defaults, field)})"
+    described = TrainConfig.field_help()
+    for flag, (field, kind, note) in TRAIN_FLAGS.items():
+        help_text = f"{described[field]}{f'; {note}' if note else ''} (default: {getattr(defaults, field)})"
         parser.add_argument(flag, dest=field, type=kind, default=None, help=help_text, choices=TRAIN_CHOICES.get(field))
     parser.add_argument("--eval-split", dest="eval_splits", action="append", default=None,
                         help=f"held-out split, repeatable; 'none': no evaluation (default: {' '.join(defaults.eval_splits)})")

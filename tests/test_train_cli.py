@@ -121,3 +121,18 @@ def test_progress_rows_hold_their_own_iteration_eval(tmp_path: Path) -> None:
     for row in evals:
         assert float(by_iteration[row["iteration"]]["eval/success_rate"]) == pytest.approx(row["success_rate"])
     assert [r["iteration"] for r in evals] == sorted({0, *range(2, len(progress), 2), len(progress) - 1})
+
+
+def test_every_config_field_is_documented_and_the_flags_say_it() -> None:
+    import dataclasses
+
+    from milegpo.cli import TRAIN_FLAGS, build_parser
+    from milegpo.config import TrainConfig
+
+    described = TrainConfig.field_help()
+    assert set(described) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert all(text and "%" not in text for text in described.values())  # argparse would choke on a lone %
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    helps = {action.dest: action.help for action in train._actions}
+    for field, _, _ in TRAIN_FLAGS.values():
+        assert helps[field].startswith(described[field])
