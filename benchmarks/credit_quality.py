@@ -40,7 +40,7 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
     python benchmarks/credit_quality.py --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4  # + HGPO, RLOO
     python benchmarks/credit_quality.py --envs house --seeds 0
     python benchmarks/credit_quality.py --envs house webshop alfworld --epsilon 0.5 \
-        --out benchmarks/results/credit_quality_mixture_eps0.5          # structured groups
+        --out benchmarks/results/credit_quality_mixture_e50             # structured groups
 """
 
 from __future__ import annotations

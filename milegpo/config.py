@@ -7,7 +7,6 @@ it, :meth:`TrainConfig.validate` checks every field (no I/O, no torch) and
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 
 from milegpo.credit import CREDIT_METHODS
 from milegpo.options import (CANDIDATE_SCORES, CREDIT_PRESETS, MODES, ROLLOUT_BACKENDS, check_backend_for_mode,
-                             check_choice)
+                             check_choice, check_known_keys)
 
 #: (field, smallest allowed value) of the integer fields
 _MIN_INTS = {"n_tasks": 1, "group_size": 1, "total_timesteps": 1, "n_epochs": 1, "micro_batch_tokens": 1,
@@ -166,10 +165,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """Build a config, refusing unknown keys with the list of valid ones."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}; valid keys: {sorted(names)}")
+        check_known_keys(cls, values, "config")
         return cls(**values)
 
     def validate(self) -> None:

@@ -1,7 +1,11 @@
 """The choice lists of milegpo's settings, in one place (torch-free: the config, the CLI and the
-policy all check against these), and the one check that spans two settings."""
+policy all check against these), the one check that spans two settings, and the unknown-key
+check of the settings dataclasses."""
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 #: LLMPolicy action modes: the model writes a reply ("generate") or picks a listed command ("choose")
 MODES = ("choose", "generate")
@@ -25,3 +29,11 @@ def check_backend_for_mode(rollout_backend: str, mode: str) -> None:
         raise ValueError(f"rollout_backend {rollout_backend!r} samples generate-mode replies; choose mode scores the "
                          "candidates with the trainer's model: use mode 'generate' (--mode generate) or "
                          "rollout_backend 'hf'")
+
+
+def check_known_keys(settings_class: type, values: dict[str, Any], what: str) -> None:
+    """``ValueError`` listing the valid keys when ``values`` has a key that is no field of the dataclass."""
+    names = {f.name for f in dataclasses.fields(settings_class)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown {what} key(s) {unknown}; valid keys: {sorted(names)}")

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from milegpo.options import check_known_keys
 from milegpo.policies.sample import ActionSample
 
 
@@ -51,10 +52,7 @@ class WarmStartConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> WarmStartConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown warm_start key(s) {unknown}; valid keys: {sorted(names)}")
+        check_known_keys(cls, values, "warm_start")
         config = cls(**values)
         config.validate()
         return config
