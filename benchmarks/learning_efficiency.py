@@ -83,6 +83,26 @@ WARM_STARTS: dict[str, dict] = {
 }
 
 
+#: Opt-in variants of ours, run and tabulated like the methods: name -> (credit method, credit_kwargs, label).
+VARIANTS: dict[str, tuple[str, dict, str]] = {
+    "milegpo_success_only": ("milegpo", {"shape_failed_tasks": False}, "MileGPO, no shaping without a success (ours)"),
+}
+#: Every name ``--algos`` takes, in table order, and its label.
+ALGOS = list(CREDIT_METHODS) + list(VARIANTS)
+LABELS = {**METHOD_LABELS, **{name: label for name, (_, _, label) in VARIANTS.items()}}
+
+
+def job_config(name: str, config: dict) -> dict:
+    """``config`` for the method or variant ``name`` (MileGPO's per-env preset kept only for MileGPO)."""
+    method, credit_kwargs, _ = VARIANTS.get(name, (name, {}, name))
+    config = {**config, "algo": method}
+    if credit_kwargs:
+        config["credit_kwargs"] = {**config.get("credit_kwargs", {}), **credit_kwargs}
+    if method != "milegpo":
+        config.pop("credit_preset", None)
+    return config
+
+
 def run_one(job: dict) -> dict:
     """Train one (env, algo, seed) run in this process; return its curve and finals."""
     import torch
@@ -97,7 +117,7 @@ def run_one(job: dict) -> dict:
     curve = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
     finals = json.loads((run_dir / "eval_final.json").read_text())
     return {
-        "env": job["env"], "algo": config.algo, "seed": config.seed, "wall_s": time.time() - started,
+        "env": job["env"], "algo": job["name"], "seed": config.seed, "wall_s": time.time() - started,
         "curve": [{"num_timesteps": row["num_timesteps"], "success_rate": row["success_rate"],
                    "mean_score": row.get("mean_score")} for row in curve],
         "final": {split: result["success_rate"] for split, result in finals.items()},
@@ -162,7 +182,7 @@ def summarize(runs: list[dict]) -> dict:
     table: dict = {}
     for env in sorted({r["env"] for r in runs}):
         by_algo = {algo: {r["seed"]: run_metrics(r) for r in runs if r["env"] == env and r["algo"] == algo}
-                   for algo in CREDIT_METHODS}
+                   for algo in ALGOS}
         by_algo = {algo: seeds for algo, seeds in by_algo.items() if seeds}
         rows = {}
         for algo, seeds in by_algo.items():
@@ -196,7 +216,7 @@ def write_table(table: dict, path: Path) -> None:
         lines += [f"**{env}** ({ENVS[env]['env']}; held-out success, mean ± std over seeds)", "",
                   "| algorithm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
         for algo, row in rows.items():
-            lines.append(f"| {METHOD_LABELS[algo]} | {row['n_seeds']} | "
+            lines.append(f"| {LABELS[algo]} | {row['n_seeds']} | "
                          + " | ".join(f"{row[m]['mean']:.3f} ± {row[m]['std']:.3f}" for m in metrics) + " |")
         if entry["milegpo_minus"]:
             lines += ["", "| MileGPO − | " + " | ".join(f"Δ {m} [95% CI] (wins/losses)" for m in metrics) + " |",
@@ -204,7 +224,7 @@ def write_table(table: dict, path: Path) -> None:
             for algo, diffs in entry["milegpo_minus"].items():
                 cells = [f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['wins']}/{d['losses']})"
                          for d in (diffs[m] for m in metrics)]
-                lines.append(f"| {METHOD_LABELS[algo]} (n={diffs[metrics[0]]['n']}) | " + " | ".join(cells) + " |")
+                lines.append(f"| {LABELS[algo]} (n={diffs[metrics[0]]['n']}) | " + " | ".join(cells) + " |")
         lines.append("")
     path.write_text("\n".join(lines))
 
@@ -221,7 +241,7 @@ def plot(runs: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (env, key) in zip(axes[0], panels):
         n_seeds = 0
-        for algo in CREDIT_METHODS:
+        for algo in ALGOS:
             group = [r for r in runs if r["env"] == env and r["algo"] == algo and r["curve"]]
             if not group:
                 continue
@@ -230,7 +250,7 @@ def plot(runs: list[dict], path: Path) -> None:
             steps = np.mean([[p["num_timesteps"] for p in r["curve"][:length]] for r in group], axis=0)
             values = np.array([[p[key] for p in r["curve"][:length]] for r in group], dtype=float)
             mean, std = values.mean(axis=0), values.std(axis=0)
-            ax.plot(steps, mean, label=METHOD_LABELS[algo], marker="o", markersize=3)
+            ax.plot(steps, mean, label=LABELS[algo], marker="o", markersize=3)
             ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
         split = ENVS[env]["eval_splits"][0]
         ax.set_title(f"{ENVS[env]['env']}\n(held-out {split}, {n_seeds} seeds)", fontsize=10)
@@ -272,7 +292,8 @@ def write_report(out: Path, shared: dict | None = None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
-    parser.add_argument("--algos", nargs="+", default=list(CREDIT_METHODS), choices=list(CREDIT_METHODS))
+    parser.add_argument("--algos", nargs="+", default=list(CREDIT_METHODS), choices=ALGOS,
+                        help=f"credit methods, or variants of ours: {', '.join(VARIANTS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None,
                         help="env-step budget per run (default: the env's, else 12,000)")
@@ -303,15 +324,13 @@ def main() -> None:
             for algo in args.algos:
                 if (env, algo, seed) in done:
                     continue
-                config = {"total_timesteps": 12_000, **shared, **ENVS[env], "algo": algo, "seed": seed}
+                config = job_config(algo, {"total_timesteps": 12_000, **shared, **ENVS[env], "seed": seed})
                 if args.warm_start:
                     config["warm_start"] = WARM_STARTS[env]
                 if args.steps is not None:
                     config["total_timesteps"] = args.steps
-                if algo != "milegpo":
-                    config.pop("credit_preset", None)
                 run_dir = ROOT / "runs" / out.name / f"{env}-{algo}-s{seed}"
-                jobs.append({"env": env, "config": config, "run_dir": str(run_dir)})
+                jobs.append({"env": env, "name": algo, "config": config, "run_dir": str(run_dir)})
     print(f"{len(jobs)} runs to do, {len(done)} already in {runs_file}", flush=True)
     started = time.time()
     context = multiprocessing.get_context("spawn")
@@ -320,7 +339,7 @@ def main() -> None:
             result["workers"] = args.workers
             with runs_file.open("a") as f:  # one line per finished run: a killed benchmark resumes from here
                 f.write(json.dumps(result) + "\n")
-            print(f"{result['env']:8s} {METHOD_LABELS[result['algo']]:8s} seed {result['seed']}: "
+            print(f"{result['env']:8s} {LABELS[result['algo']]:8s} seed {result['seed']}: "
                   f"final {result['final']}  ({result['wall_s']:.0f} s)", flush=True)
     write_report(out, shared)
     print(out.with_suffix(".md").read_text())

@@ -79,23 +79,29 @@ def test_coin_distance_at_the_start_is_at_most_the_gold_path():
 
 
 def test_a_small_learning_run_is_recorded_and_tabulated(tmp_path):
-    """The learning benchmark's pipeline on WebShop (one short MileGPO run and one GraphGPO run)."""
+    """The learning benchmark's pipeline on WebShop: short GraphGPO, MileGPO and opt-in variant runs."""
+    shared = json.loads((Path(learning_efficiency.ROOT) / "learning_efficiency.json").read_text())
     runs = []
-    for algo in ("graphgpo", "milegpo"):
-        config = {**json.loads((Path(learning_efficiency.ROOT) / "learning_efficiency.json").read_text()),
-                  **learning_efficiency.ENVS["webshop"], "algo": algo, "seed": 0, "total_timesteps": 100,
-                  "n_tasks": 2, "group_size": 4, "n_eval_tasks": 3, "eval_copies": 1, "eval_freq": 1}
-        if algo != "milegpo":
-            config.pop("credit_preset")
-        runs.append(learning_efficiency.run_one({"env": "webshop", "config": config,
-                                                 "run_dir": str(tmp_path / algo)}))
+    for name in ("graphgpo", "milegpo", "milegpo_success_only"):
+        config = learning_efficiency.job_config(name, {
+            **shared, **learning_efficiency.ENVS["webshop"], "seed": 0, "total_timesteps": 100,
+            "n_tasks": 2, "group_size": 4, "n_eval_tasks": 3, "eval_copies": 1, "eval_freq": 1})
+        runs.append(learning_efficiency.run_one({"env": "webshop", "name": name, "config": config,
+                                                 "run_dir": str(tmp_path / name)}))
+    graph_config = json.loads((tmp_path / "graphgpo" / "config.json").read_text())
+    variant_config = json.loads((tmp_path / "milegpo_success_only" / "config.json").read_text())
+    assert "credit_preset" not in graph_config or graph_config["credit_preset"] is None
+    assert variant_config["algo"] == "milegpo" and variant_config["credit_preset"] == "webshop"
+    assert variant_config["credit_kwargs"] == {"shape_failed_tasks": False}
     run = runs[1]
+    assert [r["algo"] for r in runs] == ["graphgpo", "milegpo", "milegpo_success_only"]
     assert run["curve"][0]["num_timesteps"] == 0 and run["curve"][-1]["num_timesteps"] >= 100
     assert set(run["final"]) == {"eval"} and set(run["final_score"]) == {"eval"} and run["budget"] == 100
-    runs.append({**runs[0], "seed": 1})  # a second seed, so the paired difference has a CI
-    runs.append({**runs[1], "seed": 1})
+    runs += [{**r, "seed": 1} for r in runs]  # a second seed, so the paired differences have a CI
     table = learning_efficiency.summarize(runs)
     diff = table["webshop"]["milegpo_minus"]["graphgpo"]["final eval"]
     assert diff["n"] == 2 and diff["mean"] == pytest.approx(run["final"]["eval"] - runs[0]["final"]["eval"])
+    assert table["webshop"]["milegpo_minus"]["milegpo_success_only"]["auc"]["n"] == 2
     learning_efficiency.write_table(table, tmp_path / "table.md")
-    assert "MileGPO −" in (tmp_path / "table.md").read_text()
+    text = (tmp_path / "table.md").read_text()
+    assert "MileGPO −" in text and "no shaping without a success (ours)" in text

@@ -272,3 +272,19 @@ def test_potential_matches_bfs_definition(batch):
             seen |= frontier
             dist += 1
         assert ev.phi_plus[s] == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+def test_shape_failed_tasks_off_leaves_only_tasks_without_success_unshaped():
+    # The hand task again as a second task in which nobody succeeded: the paper shapes it (b recurs
+    # in failures only, so it is a trap: s0 -> b and h -> b get -0.5 as in the first task);
+    # shape_failed_tasks=False zeroes that task's shaping and leaves the successful task's alone.
+    batch = StepBatch.from_trajectories(TRAJ + TRAJ, SUCCESS + [False] * 4, task_ids=[0] * 4 + [1] * 4)
+    paper = compute_credit("milegpo", batch).components["shaping"]
+    ours = compute_credit("milegpo", batch, {"shape_failed_tasks": False}).components["shaping"]
+    alone = compute_credit("milegpo", hand_batch()).components["shaping"]
+    assert paper[12 + 6] == pytest.approx(-0.5) and paper[12 + 10] == pytest.approx(-0.5)
+    assert not np.any(ours[12:])
+    assert list(ours[:12]) == approx(alone) and list(paper[:12]) == approx(alone)
+    # Without shaping and without a success, every step of the failed task gets zero step credit.
+    no_shaping = compute_credit("milegpo", batch, {"shape_failed_tasks": False})
+    np.testing.assert_allclose(no_shaping.components["A_res"][12:], 0.0)

@@ -83,6 +83,10 @@ re-score and is off too), ``pcc=False`` (:math:`\Phi^+ = \Phi_R^+`), ``bcc=False
 (:math:`b \equiv 0`), ``local_progress=False`` (:math:`\bar\psi \equiv 0` and
 :math:`\tilde\psi > 0` keeps nothing), ``traps=False`` (:math:`\delta^- \equiv 0`),
 ``eta=0`` (GraphGPO).
+
+One opt-in of ours, off by default: ``shape_failed_tasks=False`` leaves tasks in which no
+trajectory succeeded unshaped (their GraphGPO step credit is zero; the paper's trap
+potential still shapes them).
 """
 
 from __future__ import annotations
@@ -139,6 +143,10 @@ class MileGPOConfig(GraphGPOConfig):
     :param bcc: branch-counterfactual credit inside PCC.
     :param local_progress: local progress inside PCC.
     :param traps: trap potential :math:`\\delta^-`.
+    :param shape_failed_tasks: ``True`` (the paper) shapes every task; ``False`` **(ours, opt-in)**
+        leaves tasks without a successful trajectory unshaped, where GraphGPO's step credit is
+        exactly zero (every state is equally far from a goal nobody reached) and only the trap
+        potential would move the policy.
     :param diagnostics_top_k: milestones / traps per task listed in the diagnostics.
     """
 
@@ -167,6 +175,7 @@ class MileGPOConfig(GraphGPOConfig):
     bcc: bool = True
     local_progress: bool = True
     traps: bool = True
+    shape_failed_tasks: bool = True
     diagnostics_top_k: int = 3
 
     def __post_init__(self) -> None:
@@ -302,6 +311,8 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
     delta_plus = np.maximum(cfg.gamma_phi * cfg.w_plus * ev.phi_plus[dst] - cfg.w_plus * ev.phi_plus[src], 0.0)
     delta_minus = np.maximum(cfg.gamma_phi * cfg.w_minus * ev.phi_minus[dst] - cfg.w_minus * ev.phi_minus[src], 0.0)
     shaping = cfg.c * cfg.lam * (delta_plus - delta_minus)
+    if not cfg.shape_failed_tasks:
+        shaping = np.where(graph.task_n_succ[graph.row_task] > 0, shaping, 0.0)
     r_g = graph_step_returns(batch, graph, cfg)
     r_m = r_g + shaping
     a_g = group_normalize(r_g, src, graph.num_nodes, cfg.norm, cfg.epsilon)
