@@ -23,6 +23,7 @@ from milegpo.algos import (
     evaluate_policy,
     latest_checkpoint,
 )
+from milegpo.algos.update import optimizer_step
 from milegpo.envs.house import HouseEnv
 from milegpo.envs.vec_env import make_vec_env
 
@@ -136,7 +137,7 @@ def test_gradient_accumulation_matches_one_pass(model_path: str) -> None:
     grads = []
     for budget in (10**9, 1):  # one forward pass, then one step per micro-batch
         model.micro_batch_tokens = budget
-        ok, info = model._optimizer_step(minibatch)
+        ok, info = optimizer_step(model.policy, model.optimizer, minibatch, model.update_settings, model.world)
         assert ok
         grads.append([p.grad.clone() for p in model.policy.trainable_parameters()])
     for g1, g2 in zip(*grads):
@@ -147,7 +148,7 @@ def test_kl_to_reference_is_zero_at_the_start(model_path: str) -> None:
     model = make(MileGPO, model_path, kl_coef=0.05, learning_rate=0.0)
     model.learn(total_timesteps=1)
     (minibatch,) = model.rollout_buffer.get(np.random.default_rng(0))
-    ok, info = model._optimizer_step(minibatch)
+    ok, info = optimizer_step(model.policy, model.optimizer, minibatch, model.update_settings, model.world)
     assert ok and info["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at 0: policy == reference
     assert info["approx_kl"] == pytest.approx(0.0, abs=1e-6) and info["clip_fraction"] == 0.0
 

@@ -40,7 +40,6 @@ Only rank 0 should be given a logger that writes.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from typing import Any, ClassVar, TypeVar
@@ -48,28 +47,26 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
-from milegpo.algos.buffer import RolloutMinibatch, TextRolloutBuffer
-from milegpo.algos.callbacks import TextProgressBarCallback, flatten_callbacks
+from milegpo.algos.buffer import TextRolloutBuffer
+from milegpo.algos.callbacks import as_callback, flatten_callbacks
 from milegpo.algos.loss import LOSS_AGGREGATIONS
 from milegpo.algos.persistence import CheckpointMixin
 from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes
-from milegpo.algos.run_outputs import append_credit_diagnostics, writes_files
-from milegpo.algos.update import UpdateSettings, optimizer_step
+from milegpo.algos.run_outputs import credit_log_values, write_credit_outputs
+from milegpo.algos.update import UpdateSettings, run_update
 from milegpo.credit import make_credit_config
-from milegpo.credit.batch import save_step_batch
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.options import CREDIT_PRESETS
 from milegpo.policies import LLMPolicy
 from milegpo.policies.optim import with_default_weight_decay
-from milegpo.run_folder import LAST_BATCH_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +217,12 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         """Wall time, tokens/s and optimizer steps of the last update (empty before the first)."""
         return dict(self._last_update_stats)
 
+    @property
+    def update_settings(self) -> UpdateSettings:
+        """The update's hyperparameters, as :func:`milegpo.algos.update.optimizer_step` takes them."""
+        return UpdateSettings(self.clip_range, self.loss_agg, self.kl_coef, self.ent_coef, self.max_grad_norm,
+                              self.micro_batch_tokens)
+
     # ------------------------------------------------------------- setup
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
@@ -288,12 +291,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
-        if isinstance(callback, list):
-            callback = CallbackList(callback)
-        if not isinstance(callback, BaseCallback):
-            callback = ConvertCallback(callback)
-        if progress_bar:
-            callback = CallbackList([callback, TextProgressBarCallback()])
+        callback = as_callback(callback, progress_bar)
         callback.init_callback(self)
         self._callback = callback
         return callback
@@ -391,16 +389,10 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
                                                   credit, env.n_tasks, self.world)
         self._rollout_log = meter.log(stats, rollout_time, credit_time)
         if credit is not None:
-            for key, value in credit.diagnostics.items():
-                if isinstance(value, (bool, int, float, np.integer, np.floating)):
-                    self._rollout_log[f"credit/{key}"] = float(value)
-            if writes_files(self.logger):
-                meta = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps,
-                        "method": self.credit_method}
-                append_credit_diagnostics(self.logger.get_dir(), {**meta, "success_rate": stats["success_rate"],
-                                                                  "diagnostics": credit.diagnostics})
-                if batch is not None:
-                    save_step_batch(batch, os.path.join(self.logger.get_dir(), LAST_BATCH_FILE), meta)
+            self._rollout_log.update(credit_log_values(credit))
+            meta = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps,
+                    "method": self.credit_method}
+            write_credit_outputs(self.logger, credit, batch, meta, stats["success_rate"])
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
@@ -431,38 +423,28 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         self.policy.before_update()
         self._update_learning_rate(self.optimizer)
         buffer = self.rollout_buffer
-        sums: dict[str, float] = {}
-        skipped, steps, tokens_done = 0, 0, 0
-        start = time.perf_counter()
         has_rows = buffer.advantages is not None and len(buffer.advantages) > 0
-        for _ in range(self.n_epochs if has_rows or self.world.distributed else 0):
-            # minibatches of the global batch (every rank's rows; just this rollout's with one process)
-            for minibatch in buffer.get(self._rng, self.batch_size, self.mini_batch_tokens, self.world):
-                if minibatch.n_seqs == 0:
-                    continue
-                ok, info = self._optimizer_step(minibatch)
-                steps += 1
-                skipped += not ok
-                tokens_done += int(minibatch.tokens.sum())
-                for key, value in info.items():
-                    sums[key] = sums.get(key, 0.0) + value
+        # minibatches of the global batch (every rank's rows; just this rollout's with one process)
+        minibatches = (minibatch for _ in range(self.n_epochs if has_rows or self.world.distributed else 0)
+                       for minibatch in buffer.get(self._rng, self.batch_size, self.mini_batch_tokens, self.world))
+        report = run_update(self.policy, self.optimizer, minibatches, self.update_settings, self.world,
+                            where=f"update {self._n_updates} ({self._skipped_steps} skipped so far)")
         self.policy.after_update()  # the sampler (a vLLM engine) samples from the new weights from now on
-        update_time = time.perf_counter() - start
+        tokens = report.tokens
         if self.world.distributed:  # throughput of all ranks together
-            tokens_done = int(distributed.all_reduce_sum([tokens_done], self.world)[0])
-        self._n_updates += steps - skipped
-        self._skipped_steps += skipped
+            tokens = int(distributed.all_reduce_sum([tokens], self.world)[0])
+        self._n_updates += report.steps - report.skipped
+        self._skipped_steps += report.skipped
         self._iterations += 1
-        done = max(steps - skipped, 1)  # the statistics are means over the applied optimizer steps
         for key in ("loss", "pg_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm"):
-            if key in sums:
-                self.logger.record(f"train/{key}", sums[key] / done)
-        self.logger.record("train/skipped_steps", skipped)
+            if key in report.means:
+                self.logger.record(f"train/{key}", report.means[key])
+        self.logger.record("train/skipped_steps", report.skipped)
         self.logger.record("train/skipped_steps_total", self._skipped_steps)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self._last_update_stats = {"update_s": update_time, "update_tokens_per_s": tokens_done / max(update_time, 1e-9),
-                                   "optimizer_steps": steps, "skipped_steps": skipped}
-        self.logger.record("time/update_s", update_time)
+        self._last_update_stats = {"update_s": report.seconds, "update_tokens_per_s": tokens / max(report.seconds, 1e-9),
+                                   "optimizer_steps": report.steps, "skipped_steps": report.skipped}
+        self.logger.record("time/update_s", report.seconds)
         self.logger.record("time/update_tokens_per_s", self._last_update_stats["update_tokens_per_s"])
         self._end_iteration()
 
@@ -480,13 +462,6 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         for cb in callbacks:
             if not cb.logs_to_row:
                 cb.on_iteration_end()
-
-    def _optimizer_step(self, minibatch: RolloutMinibatch) -> tuple[bool, dict[str, float]]:
-        """One optimizer step on ``minibatch`` (see :func:`milegpo.algos.update.optimizer_step`)."""
-        settings = UpdateSettings(self.clip_range, self.loss_agg, self.kl_coef, self.ent_coef, self.max_grad_norm,
-                                  self.micro_batch_tokens)
-        return optimizer_step(self.policy, self.optimizer, minibatch, settings, self.world,
-                              where=f"update {self._n_updates} ({self._skipped_steps} skipped so far)")
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,

@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback, ProgressBarCallback
 
 from milegpo.algos.checkpoint import to_builtin
 from milegpo.algos.evaluation import evaluate
@@ -177,3 +177,15 @@ def flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
     if isinstance(callback, CallbackList):
         return [leaf for child in callback.callbacks for leaf in flatten_callbacks(child)]
     return [callback]
+
+
+def as_callback(callback: Any, progress_bar: bool = False) -> BaseCallback:
+    """SB3's ``MaybeCallback`` (None, a function, a callback or a list of them) as one callback,
+    with the text progress bar added when asked."""
+    if isinstance(callback, list):
+        callback = CallbackList(callback)
+    if not isinstance(callback, BaseCallback):
+        callback = ConvertCallback(callback)
+    if progress_bar:
+        callback = CallbackList([callback, TextProgressBarCallback()])
+    return callback

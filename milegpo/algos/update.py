@@ -1,7 +1,7 @@
 """One optimizer step of the update: micro-batched forward passes, the loss, the gradient step.
 
-The trainer (:meth:`GroupRLAlgorithm.train`) draws minibatches from its buffer and calls
-:func:`optimizer_step` on each. A minibatch is cut into micro-batches of similar lengths
+The trainer (:meth:`GroupRLAlgorithm.train`) hands its buffer's minibatches to
+:func:`run_update`, which calls :func:`optimizer_step` on each. A minibatch is cut into micro-batches of similar lengths
 (less padding) of at most ``micro_batch_tokens`` tokens; their gradients add up to the
 minibatch's (each micro-batch's loss is its share of the minibatch mean, see
 :mod:`milegpo.algos.loss`). With several ranks the gradients and statistics are summed
@@ -11,7 +11,9 @@ over ranks before the step, so every rank applies the same step.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,39 @@ class UpdateSettings:
     ent_coef: float
     max_grad_norm: float
     micro_batch_tokens: int
+
+
+@dataclass
+class UpdateReport:
+    """What one update did: optimizer steps taken and skipped (non-finite), tokens, seconds,
+    and the mean of each loss statistic over the applied steps."""
+
+    steps: int = 0
+    skipped: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    means: dict[str, float] = field(default_factory=dict)
+
+
+def run_update(policy: Any, optimizer: th.optim.Optimizer, minibatches: Iterable[RolloutMinibatch],
+               settings: UpdateSettings, world: World, where: str = "") -> UpdateReport:
+    """One optimizer step per minibatch (empty ones are passed over); the statistics of the
+    applied steps averaged. ``tokens`` are this rank's."""
+    report, sums = UpdateReport(), {}
+    start = time.perf_counter()
+    for minibatch in minibatches:
+        if minibatch.n_seqs == 0:
+            continue
+        ok, info = optimizer_step(policy, optimizer, minibatch, settings, world, where)
+        report.steps += 1
+        report.skipped += not ok
+        report.tokens += int(minibatch.tokens.sum())
+        for key, value in info.items():
+            sums[key] = sums.get(key, 0.0) + value
+    report.seconds = time.perf_counter() - start
+    applied = max(report.steps - report.skipped, 1)
+    report.means = {key: value / applied for key, value in sums.items()}
+    return report
 
 
 def optimizer_step(policy: Any, optimizer: th.optim.Optimizer, minibatch: RolloutMinibatch, settings: UpdateSettings,

@@ -15,7 +15,6 @@ The trainer does not care which sampler ran:
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import torch as th
+
+from milegpo.policies.scoring import cache_argument, output_cache, pad_rows
 
 #: The text that ends a reply in generate mode.
 STOP_TEXT = "</action>"
@@ -79,8 +80,6 @@ class HFSampler(Sampler):
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
                  deterministic: bool, seed: int) -> list[Completion]:
         device = next(self.model.parameters()).device
-        from milegpo.policies.scoring import pad_rows
-
         n = len(prompts)
         ids, mask = pad_rows(prompts, self.pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -125,15 +124,3 @@ class HFSampler(Sampler):
     def _stopped(self, reply: list[int]) -> bool:
         """The reply now contains ``</action>`` (the tag may span several tokens)."""
         return STOP_TEXT in self.tokenizer.decode(reply[-16:])
-
-
-def cache_argument(model: th.nn.Module) -> str:
-    """The forward keyword of the KV cache (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def output_cache(out: Any) -> Any:
-    """The KV cache of a model output (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values

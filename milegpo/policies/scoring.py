@@ -9,12 +9,23 @@ logits that predict completion tokens are computed (``logits_to_keep``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch as th
 
-from milegpo.policies.sampling import cache_argument, output_cache
+
+def cache_argument(model: th.nn.Module) -> str:
+    """The forward keyword of the KV cache (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache of a model output (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, left: bool = False,
