@@ -1,6 +1,6 @@
 """Where a training iteration's time goes, phase by phase, on the benchmark settings.
 
-Runs ``milegpo.train`` on one setting with timers around the library's own functions
+Runs ``milegpo.run.train`` on one setting with timers around the library's own functions
 (nothing is replaced: each timer calls the original) and hooks on every ``nn.Linear`` of
 the model, then prints and writes per iteration:
 
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from learning_efficiency import ENVS
 
 ROOT = Path(__file__).resolve().parent
@@ -199,7 +198,10 @@ def run(setting: str, iterations: int, seed: int, threads: int) -> dict[str, Any
     peak = matmul_peak(threads)
     profile = Profile()
     instrument(profile)
-    from milegpo.train import TrainConfig, train
+    try:
+        from milegpo import TrainConfig, train
+    except ImportError:  # versions before milegpo.run
+        from milegpo.train import TrainConfig, train
 
     torch.set_num_threads(threads)
     fields = {**config_fields, "seed": seed, "total_timesteps": iterations * steps_per_iteration}

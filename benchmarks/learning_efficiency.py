@@ -2,7 +2,7 @@
 
 Every (env, algorithm, seed) run uses the same tiny offline model (same
 initial weights for a seed), the same hyperparameters and the same task draws;
-only the credit function differs. Each run trains with ``milegpo.train.train``
+only the credit function differs. Each run trains with ``milegpo.run.train.train``
 and is evaluated greedily on held-out tasks of the in-distribution split during
 training (the learning curve) and of both eval splits at the end.
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from milegpo.credit import CREDIT_METHODS
-from milegpo.plots import METHOD_LABELS
+from milegpo.run.plots import METHOD_LABELS
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -108,7 +108,7 @@ def run_one(job: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from milegpo.train import TrainConfig, train
+    from milegpo import TrainConfig, train
 
     config = TrainConfig.from_dict(job["config"])
     run_dir = Path(job["run_dir"])
@@ -127,7 +127,7 @@ def run_one(job: dict) -> dict:
 
 
 def _speed(progress_csv: Path) -> dict:
-    from milegpo.plots import read_progress
+    from milegpo.run.plots import read_progress
 
     data = read_progress(progress_csv)
     out = {}

@@ -58,8 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_tiny_model(env_kwargs: dict[str, Any], target: Path, seed: int) -> str:
     """A tiny random LM whose word-level tokenizer covers what ALFWorld prints (random play)."""
-    from milegpo.policies import tiny_model
     from milegpo.envs import env_vocabulary
+    from milegpo.policies import tiny_model
 
     texts = env_vocabulary(ENV_ID, {**env_kwargs, "split": "train"}, episodes=10, seed=seed)
     return tiny_model(texts, target, seed=seed)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     from stable_baselines3.common.logger import configure
 
     from milegpo import MileGPO, make_vec_env
-    from milegpo.plots import plot_trajectory_credit
+    from milegpo.run.plots import plot_trajectory_credit
 
     args = parse_args(argv)
     out = Path(args.out)

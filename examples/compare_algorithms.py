@@ -1,7 +1,7 @@
 """GRPO, GiGPO, GraphGPO and MileGPO side by side: same env, model, budget and seed.
 
 The four algorithms share the rollouts, the buffer, the update and the logging and
-differ only by their credit function, so one :class:`~milegpo.train.TrainConfig` with
+differ only by their credit function, so one :class:`~milegpo.run.train.TrainConfig` with
 another ``algo`` is a fair comparison. The base model is built (or named) once and
 every run starts from it; every run draws the same tasks (same seed). Each run is a
 normal run folder under ``--out`` (logs, plots, checkpoints). The shared setting is
@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from milegpo.plots import METHOD_LABELS, read_progress
-from milegpo.train import TrainConfig, prepare_model, train
+from milegpo import TrainConfig, train
+from milegpo.run.plots import METHOD_LABELS, read_progress
+from milegpo.run.train import prepare_model
 
 ALGOS = ("grpo", "gigpo", "graphgpo", "milegpo")
 #: The flags that override a TrainConfig field of the same name.

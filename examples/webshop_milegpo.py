@@ -1,6 +1,6 @@
-"""MileGPO on WebShop, trained and evaluated with one :class:`~milegpo.train.TrainConfig`.
+"""MileGPO on WebShop, trained and evaluated with one :class:`~milegpo.run.train.TrainConfig`.
 
-``milegpo.train.train(config, run_dir)`` is what ``milegpo train`` runs: it builds the
+``milegpo.run.train.train(config, run_dir)`` is what ``milegpo train`` runs: it builds the
 grouped env, the model (a tiny offline LM when ``--model`` is not given), the
 algorithm with its checkpoint and eval callbacks, trains, evaluates greedily on the
 held-out goals (split ``"eval"``, the papers' goals 0-499 on the full data) and
@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from milegpo.train import TrainConfig, train
+from milegpo import TrainConfig, train
 
 
 def make_config(args: argparse.Namespace) -> TrainConfig:

@@ -27,6 +27,8 @@ _LAZY = {
     "register_env": "milegpo.envs",
     "make_env": "milegpo.envs",
     "make_vec_env": "milegpo.envs",
+    "TrainConfig": "milegpo.run.train",
+    "train": "milegpo.run.train",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -174,7 +174,7 @@ NO_SPLIT = ("none", "null")
 
 @subcommand
 def _train_parser(subparsers: Any) -> None:
-    from milegpo.train import TrainConfig
+    from milegpo.run.train import TrainConfig
 
     defaults = TrainConfig()
     parser = subparsers.add_parser(
@@ -212,7 +212,7 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.warm_start is not None:
         overrides["warm_start"] = args.warm_start
     if "report_to" in overrides:
-        from milegpo.tracking import parse_report_to
+        from milegpo.run.tracking import parse_report_to
 
         overrides["report_to"] = parse_report_to(overrides["report_to"])
     return overrides
@@ -221,7 +221,7 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run_train(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
     from milegpo.envs import UnknownEnvError
-    from milegpo.train import CONFIG_FILE, TrainConfig, train
+    from milegpo.run.train import CONFIG_FILE, TrainConfig, train
 
     try:
         if args.resume:
@@ -261,7 +261,7 @@ def _eval_parser(subparsers: Any) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
-    from milegpo.train import TrainConfig, evaluate_model, load_run
+    from milegpo.run.train import TrainConfig, evaluate_model, load_run
 
     try:
         if args.n_tasks is not None and args.n_tasks < 1:
@@ -301,7 +301,7 @@ def _export_parser(subparsers: Any) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
-    from milegpo.export import export_run
+    from milegpo.run.export import export_run
 
     try:
         out = export_run(args.run_dir, args.out, merged=args.merged, overwrite=args.overwrite)

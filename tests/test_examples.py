@@ -17,8 +17,8 @@ from gymnasium.envs.registration import load_env_creator
 from milegpo import plots
 from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory
 from milegpo.credit.batch import load_step_batch, save_step_batch
+from milegpo.run.train import TrainConfig
 from milegpo.run_folder import LAST_BATCH_FILE
-from milegpo.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

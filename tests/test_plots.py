@@ -7,7 +7,12 @@ import math
 from pathlib import Path
 
 from milegpo.credit import StepBatch, compute_credit
-from milegpo.plots import CREDIT_PANELS, plot_credit_diagnostics, plot_learning_curve, read_progress
+from milegpo.run.plots import (
+    CREDIT_PANELS,
+    plot_credit_diagnostics,
+    plot_learning_curve,
+    read_progress,
+)
 
 PNG_MAGIC = b"\x89PNG"
 

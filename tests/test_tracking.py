@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from milegpo.tracking import parse_report_to
+from milegpo.run.tracking import parse_report_to
 
 CONFIG = {"total_timesteps": 240, "n_tasks": 1, "group_size": 2, "checkpoint_freq": 2, "eval_freq": 2,
           "n_eval_tasks": 2, "eval_copies": 1, "env_kwargs": {"max_episode_steps": 8}}

@@ -127,7 +127,7 @@ def test_every_config_field_is_documented_and_the_flags_say_it() -> None:
     import dataclasses
 
     from milegpo.cli import TRAIN_FLAGS, build_parser
-    from milegpo.config import TrainConfig
+    from milegpo.run.config import TrainConfig
 
     described = TrainConfig.field_help()
     assert set(described) == {f.name for f in dataclasses.fields(TrainConfig)}

@@ -9,13 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from milegpo.algos.warm_start import WarmStartConfig, behaviour_clone, collect_demonstrations
+from milegpo.algos.warm_start import (
+    WarmStartConfig,
+    behaviour_clone,
+    collect_demonstrations,
+)
 from milegpo.cli import main
-from milegpo.config import TrainConfig
 from milegpo.envs import make_env
 from milegpo.envs.core import TextEnv, TextSpace
 from milegpo.policies import LLMPolicy
 from milegpo.policies.parsing import parse_action
+from milegpo.run.config import TrainConfig
 
 
 def make_policy(path: str, **kwargs) -> LLMPolicy:

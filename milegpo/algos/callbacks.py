@@ -16,7 +16,7 @@ Resuming a killed run::
                 callback=CheckpointCallback(1, "runs/house/checkpoints"))
 
 (``milegpo train --resume`` also rolls the run folder's logs back to the checkpoint:
-:mod:`milegpo.run_logs`.)
+:mod:`milegpo.run.logs`.)
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback, ProgressBarCallback
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CallbackList,
+    ConvertCallback,
+    ProgressBarCallback,
+)
 
 from milegpo.algos.checkpoint import to_builtin
 from milegpo.algos.evaluation import evaluate

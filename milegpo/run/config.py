@@ -2,7 +2,7 @@
 
 It is the one description of a run's settings: ``milegpo train`` builds its flags from
 it, :meth:`TrainConfig.validate` checks every field (no I/O, no torch) and
-:mod:`milegpo.train` turns it into a run folder. The defaults are the CPU demo's.
+:mod:`milegpo.run.train` turns it into a run folder. The defaults are the CPU demo's.
 """
 
 from __future__ import annotations
@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from milegpo.credit import CREDIT_METHODS
-from milegpo.options import (CANDIDATE_SCORES, CREDIT_PRESETS, MODES, ROLLOUT_BACKENDS, check_backend_for_mode,
-                             check_choice, check_known_keys)
+from milegpo.options import (
+    CANDIDATE_SCORES,
+    CREDIT_PRESETS,
+    MODES,
+    ROLLOUT_BACKENDS,
+    check_backend_for_mode,
+    check_choice,
+    check_known_keys,
+)
 
 #: (field, smallest allowed value) of the integer fields
 _MIN_INTS = {"n_tasks": 1, "group_size": 1, "total_timesteps": 1, "n_epochs": 1, "micro_batch_tokens": 1,
@@ -202,7 +209,7 @@ class TrainConfig:
             raise ValueError(f"eval_splits must be a list of split names (may be empty), got {self.eval_splits!r}")
         if not isinstance(self.report_to, list):
             raise ValueError(f"report_to must be a list of tracker names, got {self.report_to!r}")
-        from milegpo.tracking import parse_report_to
+        from milegpo.run.tracking import parse_report_to
 
         parse_report_to(self.report_to)
         if self.device != "auto" and not str(self.device).startswith(("cpu", "cuda", "mps", "xpu")):

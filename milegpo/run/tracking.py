@@ -3,7 +3,7 @@
 ``milegpo train --report-to tensorboard,wandb,mlflow`` adds one writer per tracker to the
 run's SB3 logger, beside ``progress.csv`` (always written, the record a resume restores):
 every log row (rollout, credit diagnostics, update and ``eval/*`` values) goes to each
-tracker at its env step, the run's :class:`~milegpo.train.TrainConfig` is the tracker
+tracker at its env step, the run's :class:`~milegpo.run.train.TrainConfig` is the tracker
 run's config / params, and at the end the held-out results become summary metrics and
 the plots artifacts.
 

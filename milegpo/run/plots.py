@@ -2,7 +2,7 @@
 
 They read the files a run writes (SB3's ``progress.csv``; ``last_batch.npz``, the
 last iteration's :class:`~milegpo.credit.StepBatch`), so they also work on
-a run folder after the fact: ``python -m milegpo.plots RUN_DIR``.
+a run folder after the fact: ``python -m milegpo.run.plots RUN_DIR``.
 """
 
 from __future__ import annotations

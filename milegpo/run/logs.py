@@ -62,13 +62,13 @@ class PurgingTensorBoardOutputFormat(TensorBoardOutputFormat):
 def configure_run_logger(run_dir: str | os.PathLike, stdout: bool = True, purge_step: int | None = None,
                          report_to: Sequence[str] = ("tensorboard",), config: Mapping[str, Any] | None = None) -> Logger:
     """SB3 logger of a run folder: stdout (optional), ``progress.csv`` (appended, always) and the
-    trackers of ``report_to`` (TensorBoard in the run folder, W&B, MLflow: :mod:`milegpo.tracking`).
+    trackers of ``report_to`` (TensorBoard in the run folder, W&B, MLflow: :mod:`milegpo.run.tracking`).
 
     :param purge_step: on resume, the first env step after the checkpoint: TensorBoard
         events of the killed session from that step on are hidden.
     :param config: the run's config, logged as the tracker run's config / params.
     """
-    from milegpo.tracking import parse_report_to, tracker_formats
+    from milegpo.run.tracking import parse_report_to, tracker_formats
 
     report_to = parse_report_to(list(report_to))
     folder = str(run_dir)

@@ -23,7 +23,7 @@ def export_run(run_dir: str | Path, out: str | Path, merged: bool = False, overw
     Raises ``FileNotFoundError`` for a folder that is no run (or has no checkpoint yet) and
     ``FileExistsError`` when ``out`` is not empty and ``overwrite`` is False.
     """
-    from milegpo.train import load_run
+    from milegpo.run.train import load_run
 
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:

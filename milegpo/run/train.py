@@ -6,7 +6,7 @@ layout and file names: :mod:`milegpo.run_folder`).
 A run killed at any moment (even ``kill -9``) resumes with ``train(config, run_dir,
 resume=True)`` (``milegpo train --resume RUN_DIR``) from its newest intact
 checkpoint: every log is first cut back to that checkpoint's iteration
-(:mod:`milegpo.run_logs`), so after any number of kills each iteration is logged
+(:mod:`milegpo.run.logs`), so after any number of kills each iteration is logged
 exactly once. Resuming a finished run does nothing. The whole config is checked
 (values, env, model, device) before anything is written.
 
@@ -29,8 +29,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from milegpo.config import TrainConfig  # noqa: F401  (milegpo.train.TrainConfig, as before)
 from milegpo.envs import UnknownEnvError, env_vocabulary, make_env  # noqa: F401  (env_vocabulary: was here)
+from milegpo.run.config import TrainConfig  # noqa: F401  (milegpo.run.train.TrainConfig, as before)
 from milegpo.run_folder import (  # noqa: F401
     BASE_MODEL_DIR,
     CHECKPOINTS_DIR,
@@ -43,6 +43,7 @@ from milegpo.run_folder import (  # noqa: F401
     PROGRESS_FILE,
     WARM_START_FILE,
 )
+
 
 def prepare_model(config: TrainConfig, run_dir: Path) -> str:
     """The model path of the run: ``config.model``, or a tiny model built offline in the run folder."""
@@ -161,7 +162,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     ``FileNotFoundError`` when ``resume`` names no run folder.
     """
     from milegpo.algos import distributed
-    from milegpo.tracking import check_available
+    from milegpo.run.tracking import check_available
 
     check_setup(config)
     check_available(config.report_to)
@@ -234,7 +235,7 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     curve_env = None
     if main:
         from milegpo.algos import CheckpointCallback, EvalCallback
-        from milegpo.run_logs import configure_run_logger, rollback_logs
+        from milegpo.run.logs import configure_run_logger, rollback_logs
 
         if resume:  # cut the logs back to the checkpoint (everything, when starting over)
             iteration = model.iterations if resumed else -1
@@ -365,7 +366,7 @@ def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, logger
     (those of ``logger``, or opened again for a run whose final evaluation a kill interrupted)."""
     from stable_baselines3.common.logger import Logger
 
-    from milegpo.tracking import finish_trackers, tracker_formats
+    from milegpo.run.tracking import finish_trackers, tracker_formats
 
     results = evaluate_model(model, config, progress=bool(verbose))
     (run_dir / EVAL_FINAL_FILE).write_text(json.dumps(results, indent=2) + "\n")
@@ -418,7 +419,7 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
 
 
 def write_plots(run_dir: Path) -> None:
-    from milegpo.plots import (
+    from milegpo.run.plots import (
         plot_credit_diagnostics,
         plot_learning_curve,
         plot_run_trajectory_credit,
