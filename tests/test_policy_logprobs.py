@@ -7,7 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from milegpo.policies import completion_logprobs, tiny_model
-from milegpo.policies.scoring import candidate_logprobs, packed_candidate_logprobs, supports_packed_candidates
+from milegpo.policies.scoring import (candidate_logprobs, packed_candidate_logprobs, right_padded_logprobs, score_rows,
+                                      supports_packed_candidates, supports_right_padded_rows)
 
 TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
 
@@ -122,3 +123,46 @@ def test_packed_candidates_equal_each_candidate_alone(model, attention, tmp_path
         torch.testing.assert_close(packed[r, : len(c)].detach(), alone(model, p, c), atol=1e-5, rtol=0)
     packed.sum().backward()  # a graph through both passes
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in packed_model.parameters())
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_right_padded_rows_equal_each_sample_alone(model, attention, tmp_path):
+    """right_padded_logprobs ([prompt | completion | pad], no mask, the head on gathered states) gives the
+    left/right-padded path's log-probs and entropies, each sample's alone, and gradients."""
+    model.save_pretrained(tmp_path)
+    right_model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation=attention)
+    assert supports_right_padded_rows(right_model)
+    prompts, completions = rows(model.config.vocab_size, seed=3)
+    logp, mask, entropy = right_padded_logprobs(right_model, prompts, completions, pad_id=1, temperature=0.7,
+                                                with_entropy=True)
+    with torch.no_grad():
+        ref, ref_mask, ref_entropy = completion_logprobs(model, prompts, completions, pad_id=1, temperature=0.7,
+                                                         with_entropy=True)
+    assert torch.equal(mask, ref_mask) and logp.requires_grad
+    torch.testing.assert_close(logp.detach(), ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy.detach(), ref_entropy, atol=1e-5, rtol=0)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids = torch.tensor([p + c])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(p) - 1 : -1] / 0.7
+        alone_logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0]
+        torch.testing.assert_close(logp[i, : len(c)].detach(), alone_logp, atol=1e-5, rtol=0)
+    logp.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in right_model.parameters())
+
+
+def test_score_rows_takes_the_right_padded_path_only_where_the_model_allows(model, tmp_path):
+    """score_rows chunks by padded tokens and gives the same log-probs on both paths; an architecture
+    outside the plain-head list (its logits may be post-processed) keeps the left-padded path."""
+    prompts, completions = rows(model.config.vocab_size, seed=4)
+    assert supports_right_padded_rows(model)
+    with torch.no_grad():
+        fast, _ = score_rows(model, prompts, completions, pad_id=1, temperature=1.0, batch_tokens=24)
+        ref, _, _ = completion_logprobs(model, prompts, completions, pad_id=1)
+    for i, c in enumerate(completions):
+        torch.testing.assert_close(fast[i], ref[i, : len(c)], atol=1e-5, rtol=0)
+    model.config.model_type, original = "gemma2", model.config.model_type  # soft-caps its logits after the head
+    try:
+        assert not supports_right_padded_rows(model)
+    finally:
+        model.config.model_type = original
