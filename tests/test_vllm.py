@@ -145,7 +145,9 @@ def test_train_with_the_vllm_backend_end_to_end(tiny_path: str, tmp_path: Path) 
     flags = ["--mode", "generate", "--rollout-backend", "vllm", "--model", tiny_path, "--n-tasks", "1",
              "--group-size", "2", "--n-eval-tasks", "1", "--checkpoint-freq", "1", "--eval-freq", "100",
              "--env-kwargs", '{"max_episode_steps": 3}', "--no-progress-bar", "--run-dir", str(run)]
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    # OpenMP threads that sleep instead of spinning when they wait: on 2 cores shared with other jobs
+    # (load 4) this test took 266 s with it and 334 s without (one run each); 160 s on an idle machine
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
     first = subprocess.run([sys.executable, "-m", "milegpo", "train", "--steps", "12", *flags],
                            capture_output=True, text=True, env=env, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
