@@ -47,7 +47,8 @@ SETTINGS: dict[str, tuple[dict[str, Any], int]] = {
     "house-generate": ({"env": "milegpo/House-v0", "mode": "generate", "model": "smollm2-135m",
                         "n_tasks": 2, "group_size": 4, "max_new_tokens": 24, "prompt_template": "alfworld",
                         "history_length": 2, "eval_freq": 2, "n_eval_tasks": 4, "eval_copies": 1,
-                        "env_kwargs": {"max_episode_steps": 6}, "checkpoint_freq": 1000, "lora_r": 8}, 40),
+                        "env_kwargs": {"max_episode_steps": 6}, "checkpoint_freq": 1000, "lora_r": 8,
+                        "micro_batch_tokens": 1024}, 40),  # the update keeps ~2 MB of activations per token (fp32)
 }
 PHASES = ("rollout", "credit", "update", "eval", "final_eval")
 
