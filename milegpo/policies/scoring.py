@@ -43,6 +43,26 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, left: bool = False,
     return (ids.to(device), mask.to(device)) if device is not None else (ids, mask)
 
 
+def _check_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> None:
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    if any(len(c) == 0 for c in completions) or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts and completions must be non-empty")
+
+
+def _token_logprobs(logits: th.Tensor, targets: th.Tensor, mask: th.Tensor,
+                    with_entropy: bool) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+    """``(log-prob of each target [B, C], mask, entropy [B, C] | None)`` from logits [B, C, V];
+    0 where ``mask`` is False."""
+    logz = logits.logsumexp(-1)
+    logp = (logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz).masked_fill(~mask, 0.0)
+    entropy = None
+    if with_entropy:
+        log_probs = logits - logz.unsqueeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1).masked_fill(~mask, 0.0)
+    return logp, mask, entropy
+
+
 def completion_logprobs(
     model: th.nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -60,10 +80,7 @@ def completion_logprobs(
     [B, C] | None)`` in float32 with ``C`` the longest completion; logits are
     divided by ``temperature``.
     """
-    if len(prompts) != len(completions):
-        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-    if any(len(c) == 0 for c in completions) or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts and completions must be non-empty")
+    _check_rows(prompts, completions)
     device = next(model.parameters()).device
     p_len = max(map(len, prompts))
     prompt_ids, prompt_mask = pad_rows(prompts, pad_id, left=True, device=device)
@@ -75,17 +92,8 @@ def completion_logprobs(
         kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
     # logits at positions p_len-1 … p_len+c_len-2 predict the completion tokens
     out = model(input_ids=ids, attention_mask=mask, logits_to_keep=c_len + 1, use_cache=False, **kwargs)
-    logits = out.logits[:, :-1].float() / temperature
-    targets = ids[:, p_len:]
-    logz = logits.logsumexp(-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
     comp_mask = mask[:, p_len:].bool()
-    logp = logp.masked_fill(~comp_mask, 0.0)
-    entropy = None
-    if with_entropy:
-        log_probs = logits - logz.unsqueeze(-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1).masked_fill(~comp_mask, 0.0)
-    return logp, comp_mask, entropy
+    return _token_logprobs(out.logits[:, :-1].float() / temperature, ids[:, p_len:], comp_mask, with_entropy)
 
 
 #: Attention implementations that take a custom 4D mask as it is (bool for sdpa, additive for eager)
@@ -124,10 +132,7 @@ def right_padded_logprobs(
     per row). Same returns as :func:`completion_logprobs`; check
     :func:`supports_right_padded_rows` first.
     """
-    if len(prompts) != len(completions):
-        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-    if any(len(c) == 0 for c in completions) or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts and completions must be non-empty")
+    _check_rows(prompts, completions)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     device = next(model.parameters()).device
     ids, _ = pad_rows([list(p) + list(c) for p, c in zip(prompts, completions)], pad_id, device=device)
@@ -139,13 +144,7 @@ def right_padded_logprobs(
     where = (starts[:, None] + th.arange(targets.shape[1], device=device)[None, :]).clamp(max=ids.shape[1] - 1)
     gathered = hidden.gather(1, where[..., None].expand(-1, -1, hidden.shape[-1]))
     logits = base.get_output_embeddings()(gathered).float() / temperature
-    logz = logits.logsumexp(-1)
-    logp = (logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz).masked_fill(~comp_mask, 0.0)
-    entropy = None
-    if with_entropy:
-        log_probs = logits - logz.unsqueeze(-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1).masked_fill(~comp_mask, 0.0)
-    return logp, comp_mask, entropy
+    return _token_logprobs(logits, targets, comp_mask, with_entropy)
 
 
 def _flat_candidates(prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list:
