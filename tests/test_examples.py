@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.envs.registration import load_env_creator
 
-from milegpo import plots
+from milegpo.run import plots
 from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory
 from milegpo.credit.batch import load_step_batch, save_step_batch
 from milegpo.run.train import TrainConfig
