@@ -135,7 +135,10 @@ class Profile:
         for module in model.modules():
             if isinstance(module, torch.nn.Linear):
                 module.register_forward_hook(count_linear)
-        model.register_forward_pre_hook(count_tokens, with_kwargs=True)
+        # on the decoder, which every scoring path calls (one path applies the LM head itself)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        decoder = base.get_decoder() if hasattr(base, "get_decoder") else model
+        decoder.register_forward_pre_hook(count_tokens, with_kwargs=True)
 
 
 def real_tokens(ids: torch.Tensor, mask: torch.Tensor | None, pad_id: int | None) -> int:
@@ -176,7 +179,7 @@ def instrument(profile: Profile) -> None:
     profile.wrap_phase(evaluation, "_run_episodes", lambda: "eval" if in_learn["on"] else "final_eval")
     profile.wrap_part(llm_policy.LLMPolicy, "build_prompt", "prompt")
     profile.wrap_part(llm_policy.LLMPolicy, "_candidate_ids", "tokenise")
-    for scorer in ("candidate_logprobs", "packed_candidate_logprobs", "completion_logprobs"):
+    for scorer in ("candidate_logprobs", "packed_candidate_logprobs", "completion_logprobs", "right_padded_logprobs"):
         # the scorers are looked up where the chunk loops call them: scoring.py, or llm_policy.py in
         # older versions (for before/after runs; the oldest lack the packed one)
         home = scoring if hasattr(scoring, "candidate_scores") else llm_policy
