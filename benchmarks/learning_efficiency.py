@@ -21,6 +21,8 @@ Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
         --out benchmarks/results/learning_efficiency_paper_envs          # about 2.5 h on 2 cores
     python benchmarks/learning_efficiency.py --envs alfworld webshop --seeds 0 1 2 3 4 --warm-start \
         --out benchmarks/results/learning_efficiency_warm_start        # from a policy with priors
+    python benchmarks/learning_efficiency.py --envs alfworld --algos milegpo_success_only --seeds 0 1 2 3 4 \
+        --warm-start --out benchmarks/results/learning_efficiency_warm_start   # an opt-in variant (VARIANTS)
     python benchmarks/learning_efficiency.py --envs house coin --steps 24000   # the House/coin table
     python benchmarks/learning_efficiency.py --seeds 0 --steps 4000 --envs house   # a quick look
 """
