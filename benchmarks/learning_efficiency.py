@@ -70,6 +70,14 @@ ENVS: dict[str, dict] = {
         "prompt_template": "{task} {history} {observation}", "history_length": 2,
         "total_timesteps": 8_000, "eval_freq": 2, "n_eval_tasks": 12, "eval_copies": 6,
     },
+    # All six ALFWorld task types on the small set (pick, look, clean, heat, cool, pick two).
+    "alfworld-all": {
+        "env": "milegpo/ALFWorld-v0",
+        "env_kwargs": {"size": "small", "task_types": [1, 2, 3, 4, 5, 6], "max_episode_steps": 30},
+        "eval_splits": ["eval_id", "eval_ood"], "credit_preset": "alfworld",
+        "prompt_template": "{task} {history} {observation}", "history_length": 2,
+        "total_timesteps": 8_000, "eval_freq": 2, "n_eval_tasks": 12, "eval_copies": 6,
+    },
 }
 
 
@@ -80,6 +88,8 @@ ENVS: dict[str, dict] = {
 WARM_STARTS: dict[str, dict] = {
     "alfworld": {"episodes": 64, "epsilon": 0.7, "epochs": 10, "learning_rate": 0.01,
                  "env_kwargs": {"expert_type": "handcoded"}},
+    "alfworld-all": {"episodes": 64, "epsilon": 0.7, "epochs": 10, "learning_rate": 0.01,
+                     "env_kwargs": {"expert_type": "handcoded"}},
     "webshop": {"episodes": 64, "epsilon": 0.3, "epochs": 10, "learning_rate": 0.01},
     "house": {"episodes": 64, "epsilon": 0.7, "epochs": 10, "learning_rate": 0.01},
 }
