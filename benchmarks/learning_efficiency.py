@@ -270,8 +270,9 @@ def plot(runs: list[dict], path: Path) -> None:
         ax.set_ylabel("success rate" if key == "success_rate" else "mean score")
         ax.set_ylim(bottom=-0.02)
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()  # one legend under the panels, off the curves
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * (1 + (len(labels) - 1) // 4), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
