@@ -33,6 +33,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -124,6 +125,8 @@ def run_one(job: dict) -> dict:
 
     config = TrainConfig.from_dict(job["config"])
     run_dir = Path(job["run_dir"])
+    # a run is done once it is in OUT.runs.jsonl; a folder left by a killed benchmark is started afresh
+    shutil.rmtree(run_dir, ignore_errors=True)
     started = time.time()
     train(config, run_dir=run_dir, progress_bar=False, verbose=0)
     curve = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
