@@ -59,7 +59,7 @@ from milegpo.algos.callbacks import as_callback, flatten_callbacks
 from milegpo.algos.loss import LOSS_AGGREGATIONS
 from milegpo.algos.persistence import CheckpointMixin
 from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes
-from milegpo.algos.run_outputs import credit_log_values, write_credit_outputs
+from milegpo.algos.run_outputs import write_credit_outputs
 from milegpo.algos.update import UpdateSettings, run_update
 from milegpo.credit import make_credit_config
 from milegpo.envs.core import TextSpace
@@ -394,7 +394,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
                                                   credit, env.n_tasks, self.world)
         self._rollout_log = meter.log(stats, rollout_time, credit_time)
         if credit is not None:
-            self._rollout_log.update(credit_log_values(credit))
+            self._rollout_log.update(credit.log_values())
             meta = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps,
                     "method": self.credit_method}
             write_credit_outputs(self.logger, credit, batch, meta, stats["success_rate"])

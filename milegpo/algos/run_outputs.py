@@ -12,8 +12,6 @@ import json
 import os
 from typing import Any
 
-import numpy as np
-
 from milegpo.algos.checkpoint import to_builtin
 from milegpo.credit.batch import CreditResult, StepBatch, save_step_batch
 from milegpo.run_folder import CREDIT_DIAGNOSTICS_FILE, LAST_BATCH_FILE
@@ -28,12 +26,6 @@ def append_credit_diagnostics(folder: str, row: dict[str, Any]) -> None:
     """Append one iteration's row (numpy values made plain) to ``credit_diagnostics.jsonl``."""
     with open(os.path.join(folder, CREDIT_DIAGNOSTICS_FILE), "a") as f:
         f.write(json.dumps(row, default=to_builtin) + "\n")
-
-
-def credit_log_values(credit: CreditResult) -> dict[str, float]:
-    """The credit diagnostics that are numbers, as ``credit/<name>`` log values."""
-    return {f"credit/{key}": float(value) for key, value in credit.diagnostics.items()
-            if isinstance(value, (bool, int, float, np.integer, np.floating))}
 
 
 def write_credit_outputs(logger: Any, credit: CreditResult, batch: StepBatch | None, meta: dict[str, Any],

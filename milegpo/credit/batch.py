@@ -189,6 +189,11 @@ class CreditResult:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     components: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def log_values(self) -> dict[str, float]:
+        """The diagnostics that are numbers, as ``credit/<name>`` scalars (what a logger plots)."""
+        return {f"credit/{key}": float(value) for key, value in self.diagnostics.items()
+                if isinstance(value, (bool, int, float, np.integer, np.floating))}
+
 
 _NUMERIC_FIELDS = ("task_ids", "traj_ids", "step_idx", "rewards", "valid", "dones", "outcomes", "success")
 _TEXT_FIELDS = ("state_keys", "next_state_keys", "actions")

@@ -184,10 +184,7 @@ def compute_advantage(data: Any, adv_estimator: Any, *args: Any, fallback: Calla
     advantages, returns, credit = compute_step_advantage(data, method, **settings)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
-    data.meta_info["milegpo_credit"] = {
-        f"credit/{key}": float(value) for key, value in credit.diagnostics.items()
-        if isinstance(value, (bool, int, float, np.integer, np.floating))
-    }
+    data.meta_info["milegpo_credit"] = credit.log_values()
     return data
 
 
