@@ -16,9 +16,14 @@ from typing import Any
 import torch as th
 
 
+def _unwrapped(model: th.nn.Module) -> th.nn.Module:
+    """The transformers model under a peft wrapper (or ``model`` itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def cache_argument(model: th.nn.Module) -> str:
     """The forward keyword of the KV cache (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
@@ -107,7 +112,7 @@ PLAIN_HEAD_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "smollm3", "gpt2
 def supports_right_padded_rows(model: th.nn.Module) -> bool:
     """Whether :func:`right_padded_logprobs` can score ``model``: a causal attention that needs no
     mask for right padding (sdpa, eager) and a plain LM head."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     config = getattr(base, "config", None)
     return (getattr(config, "_attn_implementation", None) in PACKED_ATTENTION
             and getattr(config, "model_type", None) in PLAIN_HEAD_MODEL_TYPES
@@ -133,7 +138,7 @@ def right_padded_logprobs(
     :func:`supports_right_padded_rows` first.
     """
     _check_rows(prompts, completions)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     device = next(model.parameters()).device
     ids, _ = pad_rows([list(p) + list(c) for p, c in zip(prompts, completions)], pad_id, device=device)
     targets, comp_mask = pad_rows(completions, pad_id, device=device)
@@ -281,14 +286,15 @@ def score_rows(model: th.nn.Module, prompts: Sequence[Sequence[int]], completion
     ents: list[th.Tensor | None] = [None] * len(prompts)
     start = 0
     while start < len(order):
-        end, p_max, c_max, total_max = start, 0, 0, 0
+        end, p_max, c_max = start, 0, 0
         while end < len(order):
             i = order[end]
             p_new, c_new = max(p_max, len(prompts[i])), max(c_max, len(completions[i]))
-            total_new = max(total_max, len(prompts[i]) + len(completions[i]))
-            if end > start and (end - start + 1) * (total_new if right_padded else p_new + c_new) > batch_tokens:
+            # rows come sorted by prompt + completion: the newest row is the longest one
+            width = len(prompts[i]) + len(completions[i]) if right_padded else p_new + c_new
+            if end > start and (end - start + 1) * width > batch_tokens:
                 break
-            end, p_max, c_max, total_max = end + 1, p_new, c_new, total_new
+            end, p_max, c_max = end + 1, p_new, c_new
         rows = order[start:end]
         logp, _, ent = score(model, [prompts[i] for i in rows], [completions[i] for i in rows], pad_id, temperature,
                              with_entropy)  # fmt: skip
