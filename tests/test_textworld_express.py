@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
 pytest.importorskip("textworld_express")
@@ -171,3 +172,71 @@ def test_reset_without_seed_picks_a_task_of_the_split():
     env = TextWorldExpressEnv("coin", **SMALL_COIN)
     observation, info = env.reset()
     assert observation and info["admissible_commands"]
+
+
+COIN_WITH_DOORS = {"numLocations": 5, "numDistractorItems": 0, "includeDoors": True}
+
+
+def test_gold_walk_without_detours():
+    gold = ["look around", "open door to south", "open door to west", "move south", "move north", "move west",
+            "take coin"]
+    assert twx._without_detours(gold) == ["west"]
+    assert twx._without_detours(["move east", "move north", "move south", "move south"]) == ["east", "south"]
+    assert twx._without_detours(["take coin"]) == []
+
+
+def test_coin_expert_walks_back_to_the_route_and_reopens_doors():
+    """Train task 1, worked out by hand: the coin is one room west of the kitchen, behind a closed
+    door; the agent first wanders south into the pantry and shuts the door. (Upstream's gold path
+    for a task varies from reset to reset, in its detours only.)"""
+    env = make_env("milegpo/TWX-coin-v0", **COIN_WITH_DOORS, gold_path=True)
+    _, info = env.reset(seed=1)
+    assert twx._without_detours(info["gold_actions"]) == ["west"]
+    assert env.expert_action() == "open door to west"
+    env.step("open door to south")
+    env.step("move south")  # off the route: in the pantry
+    env.step("close door to north")
+    assert env.expert_action() == "open door to north"
+    env.step("open door to north")
+    assert env.expert_action() == "move north"
+    env.step("move north")  # back in the kitchen, on the route
+    assert env.expert_action() == "open door to west"
+    env.step("open door to west")
+    assert env.expert_action() == "move west"
+    env.step("move west")
+    assert env.expert_action() == "take coin"
+    *_, terminated, _, info = env.step("take coin")
+    assert terminated and info["won"]
+    env.close()
+
+
+def test_coin_expert_wins_every_task_from_the_start_and_after_random_detours():
+    env = make_env("milegpo/TWX-coin-v0", **COIN_WITH_DOORS, gold_path=True, max_episode_steps=40)
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        _, info = env.reset(seed=seed)
+        gold_length = len(info["gold_actions"])
+        for steps in range(1, 41):
+            action = env.expert_action()
+            assert action in info["admissible_commands"]
+            *_, terminated, _, info = env.step(action)
+            if terminated:
+                break
+        assert info["won"] and steps <= gold_length  # the gold path's detours cut out
+        _, info = env.reset(seed=seed)
+        terminated, steps = False, 0
+        while not terminated and steps < 30:
+            commands = env.admissible_commands()
+            action = commands[rng.integers(len(commands))] if steps < 6 else env.expert_action()  # wander first
+            *_, terminated, _, info = env.step(action)
+            steps += 1
+        won = info["won"]
+        assert won, f"task {seed}: the expert did not find its way back"
+    env.close()
+
+
+def test_coin_expert_needs_the_gold_path_and_other_games_have_none():
+    with pytest.raises(ValueError, match="gold_path=True"):
+        make_env("milegpo/TWX-coin-v0", **SMALL_COIN).expert_action()
+    with pytest.raises(NotImplementedError, match="no scripted expert"):
+        make_env("milegpo/TWX-arithmetic-v0").expert_action()

@@ -28,6 +28,12 @@ What the adapter maps (everything else is the engine's own behaviour):
   full object tree would separate them but costs ~0.7 ms a step.)
 - **Gold path**: with ``gold_path=True`` the reset info holds upstream's gold
   action sequence under ``"gold_actions"``.
+- **Scripted expert** (coin only, needs ``gold_path=True``): :meth:`expert_action`
+  walks to the coin along upstream's gold path with its detours cut out (the gold
+  path explores: it may step into a room and straight back), opening closed doors on
+  the way. After steps of its own the agent may be off that route; the expert then
+  walks back the way the agent came until it is on the route again. Coin maps are
+  grids, so a move and its opposite return to the same room.
 
 One JVM is started per process, on first use, and shared by every env of the
 process (each env holds its own game on it). Make envs inside the worker process
@@ -37,6 +43,7 @@ that steps them: an env created before ``fork`` is bound to the parent's JVM.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +59,10 @@ except ImportError as exc:
 
 #: milegpo split name -> upstream fold
 SPLITS = {"train": "train", "dev": "dev", "test": "test", "eval_id": "dev", "eval_ood": "test"}
+
+OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
+_ROOM = re.compile(r"You are in the ([^.]+)\.")
+_CLOSED_DOOR = re.compile(r"To the (North|South|East|West) you see a closed [^.]*door", re.IGNORECASE)
 
 _GATEWAYS: dict[int, Any] = {}  # process id -> py4j JavaGateway of that process's JVM
 
@@ -75,6 +86,19 @@ def _java_gateway() -> Any:
                            "It needs a working Java runtime >= 8: check `java -version`.") from exc
     _GATEWAYS[os.getpid()] = gateway
     return gateway
+
+
+def _without_detours(actions: list[str]) -> list[str]:
+    """The directions of a walk's moves, with every step that is straight undone by the next cut out."""
+    route: list[str] = []
+    for action in actions:
+        if action.startswith("move "):
+            direction = action.removeprefix("move ")
+            if route and route[-1] == OPPOSITE[direction]:
+                route.pop()
+            else:
+                route.append(direction)
+    return route
 
 
 def game_param_string(game_params: Mapping[str, Any] | str | None = None, **params: Any) -> str:
@@ -126,6 +150,9 @@ class TextWorldExpressEnv(TextEnv):
         self._response: dict[str, Any] = {}
         self._commands: list[str] = []
         self._score = 0.0
+        self._tracks_route = game == "coin" and self.gold_path  # what the scripted expert needs
+        self._route: list[str] = []  # directions from the start room to the coin's room
+        self._walked: list[tuple[str, str]] = []  # the agent's way from the start room: (room, direction taken)
 
     @property
     def num_tasks(self) -> int:
@@ -143,10 +170,16 @@ class TextWorldExpressEnv(TextEnv):
         info = {"task": self._server.getTaskDescription(), "score": self._score}
         if self.gold_path:
             info["gold_actions"] = [str(a) for a in self._server.getGoldActionSequence()]
+        if self._tracks_route:
+            self._route = _without_detours(info["gold_actions"])
+            self._walked = []
         return self._response["observation"], info
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        room = self._room() if self._tracks_route else None
         self._update(self._server.stepJSON(action))
+        if self._tracks_route and self._room() != room:
+            self._moved(room, action.removeprefix("move "))
         score = float(self._response["score"])
         reward, self._score = score - self._score, score
         won = bool(self._response["tasksuccess"])
@@ -159,6 +192,37 @@ class TextWorldExpressEnv(TextEnv):
 
     def admissible_commands(self) -> list[str]:
         return list(self._commands)  # a copy: callers may edit the list in info
+
+    def expert_action(self) -> str | None:
+        """The coin expert's next command (see the module docstring); None once the coin is taken."""
+        if self.game != "coin":
+            raise NotImplementedError(f"TextWorld-Express {self.game!r} has no scripted expert (coin has one)")
+        if not self.gold_path:
+            raise ValueError("the coin expert follows upstream's gold path: make the env with gold_path=True")
+        if "take coin" in self._commands:
+            return "take coin"
+        directions = [direction for _, direction in self._walked]
+        if directions == self._route[:len(directions)] and len(directions) < len(self._route):
+            direction = self._route[len(directions)]
+        elif directions:
+            direction = OPPOSITE[directions[-1]]  # off the route: walk back the way the agent came
+        else:
+            return None
+        closed = {match.lower() for match in _CLOSED_DOOR.findall(self._response["look"])}
+        return f"open door to {direction}" if direction in closed else f"move {direction}"
+
+    def _room(self) -> str:
+        match = _ROOM.search(self._response["look"])
+        return match.group(1) if match else ""
+
+    def _moved(self, room: str, direction: str) -> None:
+        """Extend the agent's way from the start room by a move, or cut it back to a room already on it."""
+        here = self._room()
+        rooms = [start for start, _ in self._walked]
+        if here in rooms:
+            del self._walked[rooms.index(here):]
+        else:
+            self._walked.append((room, direction))
 
     def state_key(self) -> str:
         response = self._response  # the engine's text is deterministic: no normalisation needed
