@@ -9,10 +9,12 @@ win any more gets ``horizon + 1``. The true quality of a step is its progress
 ``q_t = d*(s_t) - d*(s_{t+1})``.
 
 Groups of ``K`` rollouts per task are played by the uniform random policy over the
-admissible commands (what an untrained agent does) or, with ``--epsilon``, by a mixture
+admissible commands (what an untrained agent does); with ``--epsilon``, by a mixture
 of the env's scripted expert and that random policy (structured rollouts, closer to a
-pretrained agent's, where milestones recur across the group), and each method's advantages are
-scored on them, over the tasks with at least one success (without one every method
+pretrained agent's, where milestones recur across the group); or, with ``--warm-start``,
+by the policy a warm-start learning run starts from (``learning_efficiency.py
+--warm-start``: the same model, recipe and seed, sampled at temperature 1 as in training).
+Each method's advantages are scored on them, over the tasks with at least one success (without one every method
 gives zero step-level credit):
 
 * **pairwise accuracy**: over pairs of steps taken from the *same state* of the same
@@ -39,8 +41,10 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
     python benchmarks/credit_quality.py                      # all envs, seeds 0-4
     python benchmarks/credit_quality.py --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4  # + HGPO, RLOO
     python benchmarks/credit_quality.py --envs house --seeds 0
-    python benchmarks/credit_quality.py --envs house webshop alfworld --epsilon 0.5 \
+    python benchmarks/credit_quality.py --epsilon 0.5 \
         --out benchmarks/results/credit_quality_mixture_e50             # structured groups
+    python benchmarks/credit_quality.py --warm-start --tasks 48 \
+        --out benchmarks/results/credit_quality_warm_start              # the warm-started learner's groups
 """
 
 from __future__ import annotations
@@ -48,12 +52,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 import ground_truth
+import learning_efficiency
 from milegpo.credit import StepBatch, build_task_graph, compute_credit
 from milegpo.credit.diagnostics import tied_pairs
 
@@ -82,14 +89,55 @@ PAPER = {"shared_state_share": "≈ 0.74", "tie_share": "0.544 ALFWorld, 0.727 W
          "ties_broken_rcs": "0.265", "ties_broken_uniform": "0.170"}
 
 
-def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int, epsilon: float = 1.0):
-    """Groups on the env's train tasks: the batch, d*(s_t) and d*(s_{t+1}).
+#: actor(rng, env, observation, info, history) -> the command to play.
+Actor = Callable[[random.Random, object, str, dict, list], str]
 
-    Each step is the env's scripted expert's command (``env.expert_action()``) with
-    probability ``1 - epsilon``, else a uniformly random admissible command; ``epsilon=1``
-    is the random policy (and draws exactly the random numbers it always did).
+
+def random_actor(rng: random.Random, env, observation: str, info: dict, history: list) -> str:
+    return rng.choice(info["admissible_commands"])
+
+
+def mixture_actor(epsilon: float) -> Actor:
+    """The env's scripted expert (``env.expert_action()``) with probability ``1 - epsilon``, else random."""
+    def act(rng: random.Random, env, observation: str, info: dict, history: list) -> str:
+        expert = env.expert_action() if rng.random() >= epsilon else None
+        return expert if expert is not None else rng.choice(info["admissible_commands"])
+    return act
+
+
+def policy_actor(policy) -> Actor:
+    """Samples from an :class:`~milegpo.policies.LLMPolicy` (its own seeded generator, temperature 1)."""
+    def act(rng: random.Random, env, observation: str, info: dict, history: list) -> str:
+        return policy.act([observation], [info], [history])[0].text
+    return act
+
+
+def warm_started_policy(env_name: str, seed: int, workdir: Path):
+    """The policy that ``learning_efficiency.py --warm-start`` runs of ``env_name`` and ``seed`` start from."""
+    from milegpo import TrainConfig
+    from milegpo.envs import make_vec_env
+    from milegpo.run.train import prepare_model, start_model
+
+    shared = json.loads((learning_efficiency.ROOT / "learning_efficiency.json").read_text())
+    values = learning_efficiency.job_config("milegpo", {**shared, **learning_efficiency.ENVS[env_name], "seed": seed})
+    config = TrainConfig.from_dict({**values, "warm_start": learning_efficiency.WARM_STARTS[env_name]})
+    model_path = prepare_model(config, workdir / f"{env_name}-s{seed}")
+    env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=seed,
+                       env_kwargs=config.env_kwargs_for(config.train_split), subprocess=False)
+    try:
+        model = start_model(config, env, model_path)
+    finally:
+        env.close()
+    model.policy.reseed_sampling(seed)
+    return model.policy
+
+
+def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor):
+    """Groups on the env's train tasks played by ``actor``: the batch, d*(s_t) and d*(s_{t+1}).
+
+    The random actor draws exactly the random numbers it always did for a seed.
     """
-    env, tracker_factory = ground_truth.make(env_name)
+    env, tracker_factory = ground_truth.make(env_name, expert=actor is not random_actor)
     horizon = env.max_episode_steps
     unsolvable = horizon + 1
     rng = random.Random(seed)
@@ -99,14 +147,15 @@ def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int, epsi
     for task, task_seed in enumerate(tasks):
         tracker = tracker_factory(env, task_seed)
         for _ in range(group_size):
-            _, info = env.reset(seed=task_seed)
+            observation, info = env.reset(seed=task_seed)
             tracker.observe(None, info)
             states, actions, rewards, valid, done = [info["state_key"]], [], [], [], False
+            history: list[tuple[str, str]] = []
             dists = [tracker.distance(info)]
             while not done:
-                expert = env.expert_action() if epsilon < 1.0 and rng.random() >= epsilon else None
-                action = expert if expert is not None else rng.choice(info["admissible_commands"])
-                _, reward, terminated, truncated, info = env.step(action)
+                action = actor(rng, env, observation, info, history)
+                history.append((observation, action))
+                observation, reward, terminated, truncated, info = env.step(action)
                 tracker.observe(action, info)
                 done = terminated or truncated
                 states.append(info["state_key"])
@@ -183,8 +232,8 @@ def paper_statistics(batch: StepBatch, progress: np.ndarray, preset: dict) -> di
     return out
 
 
-def score_env(env_name: str, n_tasks: int, group_size: int, seed: int, epsilon: float = 1.0) -> dict:
-    batch, dist, next_dist, horizon = rollout_groups(env_name, n_tasks, group_size, seed, epsilon)
+def score_env(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor) -> dict:
+    batch, dist, next_dist, horizon = rollout_groups(env_name, n_tasks, group_size, seed, actor)
     progress = dist - next_dist
     solved_tasks = np.unique(batch.task_ids[batch.success[batch.traj_ids]])
     scored = np.isin(batch.task_ids, solved_tasks)
@@ -274,7 +323,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--epsilon", type=float, default=1.0,
                         help="structured groups: the expert's command with probability 1 - epsilon, else a random one "
-                             "(1: the random policy; House, WebShop and ALFWorld have an expert)")
+                             "(1: the random policy)")
+    parser.add_argument("--warm-start", action="store_true",
+                        help="groups sampled from the policy warm-start learning runs start from (one per seed)")
     parser.add_argument("--out", default=str(RESULTS / "credit_quality"))
     parser.add_argument("--tables-only", action="store_true", help="redo OUT.md from OUT.json")
     args = parser.parse_args()
@@ -284,19 +335,29 @@ def main() -> None:
         return
 
     out = Path(args.out)
-    if args.epsilon < 1.0 and "coin" in args.envs:
-        parser.error("TWX coin has no scripted expert: --epsilon < 1 runs on house, webshop and alfworld")
-    groups = ("random-policy groups" if args.epsilon >= 1.0 else
-              f"epsilon-mixture groups: expert w.p. {1 - args.epsilon:.1f}, random w.p. {args.epsilon:.1f}")
-    report = {"policy": "uniform random over admissible commands" if args.epsilon >= 1.0 else
-              f"scripted expert with probability {1 - args.epsilon:g}, else uniform random",
-              "epsilon": args.epsilon, "groups": groups, "group_size": args.group_size, "envs": {}}
+    if args.warm_start and args.epsilon < 1.0:
+        parser.error("--warm-start and --epsilon choose the groups' policy: give one of them")
+    if args.warm_start:
+        groups, policy = ("groups sampled from the warm-started policy",
+                          "the policy warm-start learning runs start from (learning_efficiency.py --warm-start)")
+    elif args.epsilon < 1.0:
+        groups = f"epsilon-mixture groups: expert w.p. {1 - args.epsilon:.1f}, random w.p. {args.epsilon:.1f}"
+        policy = f"scripted expert with probability {1 - args.epsilon:g}, else uniform random"
+    else:
+        groups, policy = "random-policy groups", "uniform random over admissible commands"
+    report = {"policy": policy, "epsilon": args.epsilon, "warm_start": args.warm_start, "groups": groups,
+              "group_size": args.group_size, "envs": {}}
+    workdir = Path(tempfile.mkdtemp(prefix="credit_quality_"))
     if out.with_suffix(".json").exists():  # keep the other envs' results
         report["envs"] = json.loads(out.with_suffix(".json").read_text()).get("envs", {})
     for env_name in args.envs:
         started, per_seed = time.time(), []
         for seed in args.seeds:
-            row = score_env(env_name, args.tasks, args.group_size, seed, args.epsilon)
+            if args.warm_start:
+                actor = policy_actor(warm_started_policy(env_name, seed, workdir))
+            else:
+                actor = mixture_actor(args.epsilon) if args.epsilon < 1.0 else random_actor
+            row = score_env(env_name, args.tasks, args.group_size, seed, actor)
             per_seed.append(row)
             print(f"{env_name} seed {seed}: {row['tasks_with_success']}/{row['tasks']} tasks with a success, "
                   f"{row['pairs']} same-state pairs", flush=True)

@@ -226,7 +226,13 @@ TRACKERS: dict[str, type[Tracker]] = {"house": HouseTracker, "coin": CoinTracker
                                                    "webshop": WebShopTracker, "alfworld": ALFWorldTracker}
 
 
-def make(name: str, split: str = "train"):
-    """The env of benchmark env ``name`` (its ``split``) and its tracker factory."""
+#: Env kwargs that give an env its scripted expert (``expert_action``), where it needs any
+#: (ALFWorld's planner is already on for its tracker).
+EXPERT_KWARGS: dict[str, dict[str, Any]] = {"coin": {"gold_path": True}}
+
+
+def make(name: str, split: str = "train", expert: bool = False):
+    """The env of benchmark env ``name`` (its ``split``; with its scripted expert on when
+    ``expert``) and its tracker factory."""
     env_id, kwargs = ENVS[name]
-    return make_env(env_id, split=split, **kwargs), TRACKERS[name]
+    return make_env(env_id, split=split, **kwargs, **(EXPERT_KWARGS.get(name, {}) if expert else {})), TRACKERS[name]

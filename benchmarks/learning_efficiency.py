@@ -93,6 +93,8 @@ WARM_STARTS: dict[str, dict] = {
                      "env_kwargs": {"expert_type": "handcoded"}},
     "webshop": {"episodes": 64, "epsilon": 0.3, "epochs": 10, "learning_rate": 0.01},
     "house": {"episodes": 64, "epsilon": 0.7, "epochs": 10, "learning_rate": 0.01},
+    "coin": {"episodes": 64, "epsilon": 0.7, "epochs": 10, "learning_rate": 0.01,
+             "env_kwargs": {"gold_path": True}},  # the coin expert follows upstream's gold path
 }
 
 

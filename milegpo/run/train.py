@@ -220,9 +220,7 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
             if verbose:
                 print(f"Resuming from {checkpoint} at {model.num_timesteps} env steps (iteration {model.iterations})")
         else:
-            model = _new_model(config, env, model_path, verbose, device)
-            if config.warm_start is not None:
-                _warm_start(model, config, run_dir if main else None, verbose)
+            model = start_model(config, env, model_path, device, run_dir if main else None, verbose)
     except BaseException:
         if env is not None:
             env.close()
@@ -269,6 +267,17 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
         _finish(model, config, run_dir, verbose, logger=model.logger)
     distributed.barrier(world)  # the other ranks wait for rank 0's final save and evaluation
     return run_dir
+
+
+def start_model(config: TrainConfig, env: Any, model_path: str, device: str = "cpu",
+                run_dir: Path | None = None, verbose: int = 0) -> Any:
+    """The untrained model a run of ``config`` starts from, on the vec env ``env``: built with
+    the run's settings and seed, then warm-started when ``config.warm_start`` is set (its report
+    goes to ``run_dir`` when given). What :func:`train` trains; benchmarks also sample from it."""
+    model = _new_model(config, env, model_path, verbose, device)
+    if config.warm_start is not None:
+        _warm_start(model, config, run_dir, verbose)
+    return model
 
 
 def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int, device: str) -> Any:
