@@ -118,9 +118,7 @@ def warm_started_policy(env_name: str, seed: int, workdir: Path):
     from milegpo.envs import make_vec_env
     from milegpo.run.train import prepare_model, start_model
 
-    shared = json.loads((learning_efficiency.ROOT / "learning_efficiency.json").read_text())
-    values = learning_efficiency.job_config("milegpo", {**shared, **learning_efficiency.ENVS[env_name], "seed": seed})
-    config = TrainConfig.from_dict({**values, "warm_start": learning_efficiency.WARM_STARTS[env_name]})
+    config = TrainConfig.from_dict(learning_efficiency.warm_start_values(env_name, seed))
     model_path = prepare_model(config, workdir / f"{env_name}-s{seed}")
     env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=seed,
                        env_kwargs=config.env_kwargs_for(config.train_split), subprocess=False)

@@ -118,6 +118,14 @@ def job_config(name: str, config: dict) -> dict:
     return config
 
 
+def warm_start_values(env: str, seed: int, algo: str = "milegpo") -> dict:
+    """TrainConfig fields of a ``--warm-start`` run of ``env``, ``algo`` and ``seed`` under the
+    default shared config (other benchmarks build the same starting policy from them)."""
+    shared = json.loads((ROOT / "learning_efficiency.json").read_text())
+    values = job_config(algo, {"total_timesteps": 12_000, **shared, **ENVS[env], "seed": seed})
+    return {**values, "warm_start": WARM_STARTS[env]}
+
+
 def run_one(job: dict) -> dict:
     """Train one (env, algo, seed) run in this process; return its curve and finals."""
     import torch

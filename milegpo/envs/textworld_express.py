@@ -33,7 +33,8 @@ What the adapter maps (everything else is the engine's own behaviour):
   path explores: it may step into a room and straight back), opening closed doors on
   the way. After steps of its own the agent may be off that route; the expert then
   walks back the way the agent came until it is on the route again. Coin maps are
-  grids, so a move and its opposite return to the same room.
+  grids, so a move and its opposite return to the same room. The gold path is not always
+  the shortest way (it varies from reset to reset), so neither is the expert's.
 
 One JVM is started per process, on first use, and shared by every env of the
 process (each env holds its own game on it). Make envs inside the worker process

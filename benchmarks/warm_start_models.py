@@ -1,0 +1,201 @@
+"""Which learner for the warm-start benchmarks: start success and CPU cost per model size.
+
+The warm-start learning benchmark (``learning_efficiency.py --warm-start``) runs 5 seeds ×
+7 credit methods per env, so its learner must be cheap. This script measures, on the
+same env, recipe and seed, what a larger learner would cost and where it would start:
+
+* ``decision_ms``: one choose-mode decision (scoring every admissible command), the unit
+  of rollouts and evaluations, timed on a batch of real ALFWorld states;
+* ``train_ms``: forward + backward of one step sample, the unit of the update and of the
+  behaviour cloning;
+* the estimated seconds of one benchmark run from those units (warm start, 8,000 rollout
+  steps, their update, and the held-out evaluations at the run's eval frequency, episodes
+  as long as the demonstrator's; the engine's own time, the same for every model, is left out);
+* ``start``: held-out success after the warm start (``eval_id``, the run's 12 × 6 episodes),
+  measured where the estimated warm start fits ``--max-fit-s``, and SmolLM2's success
+  before any warm start (its pretrained priors alone) with ``--zero-shot``.
+
+Figures depend on the machine's load: the units are measured back to back in one process,
+so their ratios between models hold.
+
+    python benchmarks/warm_start_models.py --out benchmarks/results/warm_start_models
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import learning_efficiency
+from milegpo import TrainConfig
+from milegpo.algos.warm_start import WarmStartConfig, behaviour_clone, collect_demonstrations
+from milegpo.envs import make_env, make_vec_env
+from milegpo.run.train import evaluate_model, prepare_model, start_model
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: name -> TrainConfig fields of the learner (the first is the benchmarks' own).
+MODELS: dict[str, dict] = {
+    "tiny 32×1 (the benchmarks')": {"tiny_hidden_size": 32, "tiny_layers": 1, "tiny_heads": 2},
+    "tiny 128×2": {"tiny_hidden_size": 128, "tiny_layers": 2, "tiny_heads": 4},
+    "tiny 256×4": {"tiny_hidden_size": 256, "tiny_layers": 4, "tiny_heads": 4},
+    "SmolLM2-135M": {"model": "smollm2-135m", "micro_batch_tokens": 1024},
+}
+
+
+def run_config(env_name: str, fields: dict, seed: int) -> TrainConfig:
+    """The learning benchmark's warm-start config of ``env_name``, with the learner ``fields``."""
+    values = {**learning_efficiency.warm_start_values(env_name, seed), **fields}
+    if values.get("model") == "smollm2-135m":
+        from milegpo.policies.smollm import smollm2_path
+
+        values["model"] = smollm2_path()
+    return TrainConfig.from_dict(values)
+
+
+def sample_states(config: TrainConfig, count: int, seed: int) -> list[tuple[str, dict, list]]:
+    """``count`` (observation, info, history) triples from random play on the training tasks."""
+    env = make_env(config.env, **config.env_kwargs_for(config.train_split))
+    rng = random.Random(seed)
+    states: list[tuple[str, dict, list]] = []
+    try:
+        while len(states) < count:
+            observation, info = env.reset(seed=rng.randrange(env.num_tasks))
+            history: list[tuple[str, str]] = []
+            done = False
+            while not done and len(states) < count:
+                states.append((observation, info, list(history)))
+                action = rng.choice(info["admissible_commands"])
+                history.append((observation, action))
+                observation, _, terminated, truncated, info = env.step(action)
+                done = terminated or truncated
+    finally:
+        env.close()
+    return states
+
+
+def time_units(policy, states: list[tuple[str, dict, list]], samples: list) -> dict[str, float]:
+    """Milliseconds per decision (batched like a group's step) and per trained sample."""
+    observations, infos, histories = (list(column) for column in zip(*states))
+    policy.act(observations[:2], infos[:2], histories[:2])  # warm-up
+    started = time.perf_counter()
+    policy.act(observations, infos, histories)
+    decision = (time.perf_counter() - started) / len(states)
+    policy.set_training_mode(True)
+    started = time.perf_counter()
+    logp, mask, _ = policy.evaluate_actions(samples)  # one minibatch, as the warm start's
+    (-(logp * mask).sum() / mask.sum()).backward()
+    train = (time.perf_counter() - started) / len(samples)
+    policy.set_training_mode(False)
+    policy.optimizer.zero_grad(set_to_none=True)
+    return {"decision_ms": 1e3 * decision, "train_ms": 1e3 * train}
+
+
+def estimate_run_seconds(config: TrainConfig, units: dict[str, float], demo_steps: int,
+                         episode_length: float) -> dict[str, float]:
+    """Seconds of one benchmark run spent in the model (the units times the run's counts)."""
+    decision, train = units["decision_ms"] / 1e3, units["train_ms"] / 1e3
+    warm = WarmStartConfig.from_dict(config.warm_start or {})
+    steps_per_iteration = config.n_tasks * config.group_size * episode_length
+    iterations = config.total_timesteps / steps_per_iteration
+    evals = iterations / config.eval_freq + 1 + len(config.eval_splits)  # the curve, its start, the final splits
+    eval_decisions = evals * config.n_eval_tasks * config.eval_copies * episode_length
+    out = {"warm_start": demo_steps * warm.epochs * train, "rollout": config.total_timesteps * decision,
+           "update": config.total_timesteps * config.n_epochs * train, "eval": eval_decisions * decision}
+    out["total"] = sum(out.values())
+    return out
+
+
+def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_fit_s: float,
+            zero_shot: bool, workdir: Path) -> dict:
+    config = run_config(env_name, fields, seed)
+    folder = workdir / name.split()[0]
+    model_path = prepare_model(config, folder / name.replace(" ", "_"))
+    env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=seed,
+                       env_kwargs=config.env_kwargs_for(config.train_split), subprocess=False)
+    try:
+        model = start_model(dataclasses.replace(config, warm_start=None), env, model_path)
+    finally:
+        env.close()
+    policy = model.policy
+    row: dict = {"model": name, "fields": fields,
+                 "parameters": sum(p.numel() for p in policy.model.parameters()),
+                 "trainable_parameters": sum(p.numel() for p in policy.trainable_parameters())}
+    if zero_shot:
+        started = time.perf_counter()
+        row["zero_shot"] = evaluate_model(model, config, splits=["eval_id"])["eval_id"]["success_rate"]
+        row["zero_shot_eval_s"] = time.perf_counter() - started
+    warm = WarmStartConfig.from_dict(config.warm_start)
+    demo_env = make_env(config.env, **{**config.env_kwargs_for(config.train_split), **warm.env_kwargs})
+    try:
+        samples, demonstrator = collect_demonstrations(policy, demo_env, warm.episodes, warm.epsilon, seed)
+    finally:
+        demo_env.close()
+    row["units"] = time_units(policy, sample_states(config, states, seed), samples[:warm.batch_size])
+    row["estimate_s"] = estimate_run_seconds(config, row["units"], len(samples), demonstrator["mean_length"])
+    row["demonstration_steps"] = len(samples)
+    if row["estimate_s"]["warm_start"] <= max_fit_s:
+        started = time.perf_counter()
+        behaviour_clone(policy, samples, warm.epochs, warm.learning_rate, warm.batch_size, seed)
+        row["fit_s"] = time.perf_counter() - started
+        row["start"] = evaluate_model(model, config, splits=["eval_id"])["eval_id"]["success_rate"]
+    return row
+
+
+def write_table(report: dict, path: Path) -> None:
+    lines = [f"### Learner size for the warm-start benchmarks ({report['env']}, seed {report['seed']}, "
+             f"{report['threads']} torch thread; measured under load {report['load']:.1f})", "",
+             "| learner | parameters (trainable) | decision ms | train ms / sample | est. model time per run | "
+             "held-out start after the warm start | before it |",
+             "|---|---|---|---|---|---|---|"]
+    for row in report["rows"]:
+        estimate, units = row["estimate_s"], row["units"]
+        start = f"{row['start']:.3f}" if "start" in row else "not run"
+        before = f"{row['zero_shot']:.3f}" if "zero_shot" in row else "–"
+        lines.append(f"| {row['model']} | {row['parameters'] / 1e6:.2f} M ({row['trainable_parameters'] / 1e3:.0f} k) "
+                     f"| {units['decision_ms']:.1f} | {units['train_ms']:.1f} | {estimate['total'] / 60:.0f} min "
+                     f"(warm start {estimate['warm_start'] / 60:.0f}) | {start} | {before} |")
+    lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="alfworld", choices=list(learning_efficiency.WARM_STARTS))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--states", type=int, default=32, help="states per timed decision batch (one group step)")
+    parser.add_argument("--max-fit-s", type=float, default=900.0,
+                        help="run the full warm start and measure the start only where its estimate fits this")
+    parser.add_argument("--zero-shot", nargs="*", default=["SmolLM2-135M"], choices=list(MODELS),
+                        help="models whose held-out success before any warm start is measured")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=str(RESULTS / "warm_start_models"))
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    report = {"env": args.env, "seed": args.seed, "threads": args.threads, "load": os.getloadavg()[0], "rows": []}
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            started = time.perf_counter()
+            row = measure(name, MODELS[name], args.env, args.seed, args.states, args.max_fit_s,
+                          name in args.zero_shot, Path(tmp))
+            row["wall_s"] = time.perf_counter() - started
+            report["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+            write_table(report, out.with_suffix(".md"))
+    print(out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()
