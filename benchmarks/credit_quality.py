@@ -14,8 +14,8 @@ of the env's scripted expert and that random policy (structured rollouts, closer
 pretrained agent's, where milestones recur across the group); or, with ``--warm-start``,
 by the policy a warm-start learning run starts from (``learning_efficiency.py
 --warm-start``: the same model, recipe and seed, sampled at temperature 1 as in training).
-Each method's advantages are scored on them, over the tasks with at least one success (without one every method
-gives zero step-level credit):
+Each method's advantages are scored on them, over the tasks with at least one success
+(without one every method gives zero step-level credit):
 
 * **pairwise accuracy**: over pairs of steps taken from the *same state* of the same
   task whose true progress differs, the share the advantage orders the same way
@@ -43,7 +43,7 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
     python benchmarks/credit_quality.py --envs house --seeds 0
     python benchmarks/credit_quality.py --epsilon 0.5 \
         --out benchmarks/results/credit_quality_mixture_e50             # structured groups
-    python benchmarks/credit_quality.py --warm-start --tasks 48 \
+    python benchmarks/credit_quality.py --warm-start \
         --out benchmarks/results/credit_quality_warm_start              # the warm-started learner's groups
 """
 
