@@ -125,6 +125,22 @@ def test_generate_mode_demonstrations_are_replies_the_parser_reads_back(model_pa
     assert fit[-1]["nll"] < fit[0]["nll"]
 
 
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_micro_batched_cloning_takes_the_same_steps(model_path: str, mode: str) -> None:
+    """Cut into micro-batches (each sample alone here), a minibatch gives the same gradient steps."""
+    env = make_env("milegpo/House-v0", split="train")
+    weights, fits = [], []
+    for micro_batch_tokens in (None, 1):
+        policy = make_policy(model_path, mode=mode, max_new_tokens=16)
+        samples, _ = collect_demonstrations(policy, env, episodes=2, epsilon=0.5)
+        fits.append(behaviour_clone(policy, samples, epochs=2, learning_rate=1e-2, batch_size=8,
+                                    micro_batch_tokens=micro_batch_tokens))
+        weights.append([p.detach().clone() for p in policy.trainable_parameters()])
+    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(*weights))
+    for one_pass, micro in zip(*fits):
+        assert micro == pytest.approx(one_pass, rel=1e-4)
+
+
 def test_warm_start_config_checks_its_keys() -> None:
     with pytest.raises(ValueError, match="unknown warm_start key.*valid keys"):
         TrainConfig(warm_start={"episode": 3}).validate()

@@ -107,45 +107,54 @@ def collect_demonstrations(policy: Any, env: Any, episodes: int, epsilon: float,
 
 
 def behaviour_clone(policy: Any, samples: list[ActionSample], epochs: int, learning_rate: float,
-                    batch_size: int, seed: int = 0) -> list[dict[str, float]]:
+                    batch_size: int, seed: int = 0, micro_batch_tokens: int | None = None) -> list[dict[str, float]]:
     """Fine-tune ``policy``'s trainable weights to maximise the log-likelihood of ``samples``.
 
     A fresh AdamW over :meth:`LLMPolicy.trainable_parameters`, shuffled minibatches of
     ``batch_size`` samples, the mean negative log-likelihood per unit (per candidate
-    choice in choose mode, per reply token in generate mode). Returns one row per epoch:
-    ``nll`` (the epoch's mean loss) and ``likelihood`` (its mean per-unit probability).
+    choice in choose mode, per reply token in generate mode). As in the RL update, a
+    minibatch is scored in micro-batches of at most ``micro_batch_tokens`` tokens whose
+    gradients add up to the minibatch's, so a large model fits in memory (None: one pass
+    per minibatch). Returns one row per epoch: ``nll`` (the epoch's mean loss) and
+    ``likelihood`` (its mean per-unit probability).
     """
     import torch as th  # the config and the collection above stay torch-free
+
+    from milegpo.algos.buffer import split_by_tokens, step_tokens
 
     if not samples:
         raise ValueError("behaviour_clone needs at least one demonstration sample")
     optimizer = th.optim.AdamW(policy.trainable_parameters(), lr=learning_rate, weight_decay=0.0)
     rng = np.random.default_rng(seed)
+    tokens = np.array([step_tokens(sample) for sample in samples])
     policy.set_training_mode(True)
     history = []
     for _ in range(epochs):
         order = rng.permutation(len(samples))
         total, probability, units = 0.0, 0.0, 0
         for start in range(0, len(order), batch_size):
-            batch = [samples[i] for i in order[start:start + batch_size]]
-            logp, mask, _ = policy.evaluate_actions(batch)
-            loss = -(logp * mask).sum() / mask.sum()
-            if not th.isfinite(loss):
-                raise FloatingPointError("the warm start's loss is not finite; lower warm_start.learning_rate")
+            rows = order[start:start + batch_size]
+            n_units = sum(len(samples[i].old_logprobs) for i in rows)  # the minibatch's, over its micro-batches
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for micro in split_by_tokens(rows, tokens, micro_batch_tokens) if micro_batch_tokens else [rows]:
+                logp, mask, _ = policy.evaluate_actions([samples[i] for i in micro])
+                loss = -(logp * mask).sum() / n_units
+                if not th.isfinite(loss):
+                    raise FloatingPointError("the warm start's loss is not finite; lower warm_start.learning_rate")
+                loss.backward()
+                total += loss.item() * n_units
+                probability += float((logp.detach().exp() * mask).sum())
             optimizer.step()
-            count = int(mask.sum())
-            total += loss.item() * count
-            probability += float((logp.detach().exp() * mask).sum())
-            units += count
+            units += n_units
         history.append({"nll": total / units, "likelihood": probability / units})
     policy.set_training_mode(False)
     return history
 
 
-def warm_start(policy: Any, env: Any, config: WarmStartConfig) -> dict[str, Any]:
-    """Collect the noisy expert's demonstrations on ``env`` and clone them into ``policy``.
+def warm_start(policy: Any, env: Any, config: WarmStartConfig,
+               micro_batch_tokens: int | None = None) -> dict[str, Any]:
+    """Collect the noisy expert's demonstrations on ``env`` and clone them into ``policy``
+    (in micro-batches of ``micro_batch_tokens``, see :func:`behaviour_clone`).
 
     Returns a report (saved by ``milegpo train`` as the run folder's ``warm_start.json``):
     the config, the demonstrator's statistics, the per-epoch fit and the seconds taken.
@@ -154,7 +163,8 @@ def warm_start(policy: Any, env: Any, config: WarmStartConfig) -> dict[str, Any]
     started = time.perf_counter()
     samples, demonstrator = collect_demonstrations(policy, env, config.episodes, config.epsilon, seed)
     collected = time.perf_counter()
-    epochs = behaviour_clone(policy, samples, config.epochs, config.learning_rate, config.batch_size, seed)
+    epochs = behaviour_clone(policy, samples, config.epochs, config.learning_rate, config.batch_size, seed,
+                             micro_batch_tokens)
     return {"config": dataclasses.asdict(config), "demonstrator": demonstrator, "steps": len(samples),
             "epochs": epochs, "collect_seconds": collected - started,
             "fit_seconds": time.perf_counter() - collected}

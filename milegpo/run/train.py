@@ -304,7 +304,7 @@ def _warm_start(model: Any, config: TrainConfig, run_dir: Path | None, verbose: 
         settings.seed = config.seed
     env = make_env(config.env, **{**config.env_kwargs_for(config.train_split), **settings.env_kwargs})
     try:
-        report = warm_start(model.policy, env, settings)
+        report = warm_start(model.policy, env, settings, micro_batch_tokens=model.micro_batch_tokens)
     except NotImplementedError as error:
         raise ValueError(f"warm_start needs an env with a scripted expert: {error}") from error
     finally:
