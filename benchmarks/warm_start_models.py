@@ -33,10 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import learning_efficiency
 from milegpo import TrainConfig
+from milegpo.algos.buffer import split_by_tokens, step_tokens
 from milegpo.algos.warm_start import WarmStartConfig, behaviour_clone, collect_demonstrations
 from milegpo.envs import make_env, make_vec_env
 from milegpo.run.train import evaluate_model, prepare_model, start_model
@@ -83,8 +85,10 @@ def sample_states(config: TrainConfig, count: int, seed: int) -> list[tuple[str,
     return states
 
 
-def time_units(policy, states: list[tuple[str, dict, list]], samples: list) -> dict[str, float]:
-    """Milliseconds per decision (batched like a group's step) and per trained sample."""
+def time_units(policy, states: list[tuple[str, dict, list]], samples: list,
+               micro_batch_tokens: int) -> dict[str, float]:
+    """Milliseconds per decision (batched like a group's step) and per trained sample (one
+    minibatch's forward and backward in micro-batches, as the warm start and the update run)."""
     observations, infos, histories = (list(column) for column in zip(*states))
     policy.act(observations[:2], infos[:2], histories[:2])  # warm-up
     started = time.perf_counter()
@@ -92,8 +96,10 @@ def time_units(policy, states: list[tuple[str, dict, list]], samples: list) -> d
     decision = (time.perf_counter() - started) / len(states)
     policy.set_training_mode(True)
     started = time.perf_counter()
-    logp, mask, _ = policy.evaluate_actions(samples)  # one minibatch, as the warm start's
-    (-(logp * mask).sum() / mask.sum()).backward()
+    tokens = np.array([step_tokens(sample) for sample in samples])
+    for micro in split_by_tokens(np.arange(len(samples)), tokens, micro_batch_tokens):
+        logp, mask, _ = policy.evaluate_actions([samples[i] for i in micro])
+        (-(logp * mask).sum() / len(samples)).backward()
     train = (time.perf_counter() - started) / len(samples)
     policy.set_training_mode(False)
     policy.optimizer.zero_grad(set_to_none=True)
@@ -141,12 +147,14 @@ def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_
         samples, demonstrator = collect_demonstrations(policy, demo_env, warm.episodes, warm.epsilon, seed)
     finally:
         demo_env.close()
-    row["units"] = time_units(policy, sample_states(config, states, seed), samples[:warm.batch_size])
+    row["units"] = time_units(policy, sample_states(config, states, seed), samples[:warm.batch_size],
+                              config.micro_batch_tokens)
     row["estimate_s"] = estimate_run_seconds(config, row["units"], len(samples), demonstrator["mean_length"])
     row["demonstration_steps"] = len(samples)
     if row["estimate_s"]["warm_start"] <= max_fit_s:
         started = time.perf_counter()
-        behaviour_clone(policy, samples, warm.epochs, warm.learning_rate, warm.batch_size, seed)
+        behaviour_clone(policy, samples, warm.epochs, warm.learning_rate, warm.batch_size, seed,
+                        config.micro_batch_tokens)
         row["fit_s"] = time.perf_counter() - started
         row["start"] = evaluate_model(model, config, splits=["eval_id"])["eval_id"]["success_rate"]
     return row
