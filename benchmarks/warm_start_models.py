@@ -162,17 +162,17 @@ def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_
 
 def write_table(report: dict, path: Path) -> None:
     lines = [f"### Learner size for the warm-start benchmarks ({report['env']}, seed {report['seed']}, "
-             f"{report['threads']} torch thread; measured under load {report['load']:.1f})", "",
+             f"{report['threads']} torch thread; load: the 1-minute load average after each row)", "",
              "| learner | parameters (trainable) | decision ms | train ms / sample | est. model time per run | "
-             "held-out start after the warm start | before it |",
-             "|---|---|---|---|---|---|---|"]
+             "held-out start after the warm start | before it | load |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in report["rows"]:
         estimate, units = row["estimate_s"], row["units"]
         start = f"{row['start']:.3f}" if "start" in row else "not run"
         before = f"{row['zero_shot']:.3f} ({row['zero_shot_episodes']} episodes)" if "zero_shot" in row else "–"
         lines.append(f"| {row['model']} | {row['parameters'] / 1e6:.2f} M ({row['trainable_parameters'] / 1e3:.0f} k) "
                      f"| {units['decision_ms']:.1f} | {units['train_ms']:.1f} | {estimate['total'] / 60:.0f} min "
-                     f"(warm start {estimate['warm_start'] / 60:.0f}) | {start} | {before} |")
+                     f"(warm start {estimate['warm_start'] / 60:.0f}) | {start} | {before} | {row['load']:.1f} |")
     lines.append("")
     path.write_text("\n".join(lines))
 
@@ -192,14 +192,14 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    report = {"env": args.env, "seed": args.seed, "threads": args.threads, "load": os.getloadavg()[0], "rows": []}
+    report = {"env": args.env, "seed": args.seed, "threads": args.threads, "rows": []}
     out = Path(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             started = time.perf_counter()
             row = measure(name, MODELS[name], args.env, args.seed, args.states, args.max_fit_s,
                           name in args.zero_shot, Path(tmp))
-            row["wall_s"] = time.perf_counter() - started
+            row["wall_s"], row["load"] = time.perf_counter() - started, os.getloadavg()[0]
             report["rows"].append(row)
             print(json.dumps(row), flush=True)
             out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
