@@ -33,13 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import learning_efficiency
 from milegpo import TrainConfig
-from milegpo.algos.buffer import split_by_tokens, step_tokens
-from milegpo.algos.warm_start import WarmStartConfig, behaviour_clone, collect_demonstrations
+from milegpo.algos.warm_start import WarmStartConfig, behaviour_clone, collect_demonstrations, nll_backward
 from milegpo.envs import make_env, make_vec_env
 from milegpo.run.train import evaluate_model, prepare_model, start_model
 
@@ -96,10 +94,7 @@ def time_units(policy, states: list[tuple[str, dict, list]], samples: list,
     decision = (time.perf_counter() - started) / len(states)
     policy.set_training_mode(True)
     started = time.perf_counter()
-    tokens = np.array([step_tokens(sample) for sample in samples])
-    for micro in split_by_tokens(np.arange(len(samples)), tokens, micro_batch_tokens):
-        logp, mask, _ = policy.evaluate_actions([samples[i] for i in micro])
-        (-(logp * mask).sum() / len(samples)).backward()
+    nll_backward(policy, samples, micro_batch_tokens)
     train = (time.perf_counter() - started) / len(samples)
     policy.set_training_mode(False)
     policy.optimizer.zero_grad(set_to_none=True)

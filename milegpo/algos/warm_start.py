@@ -112,43 +112,57 @@ def behaviour_clone(policy: Any, samples: list[ActionSample], epochs: int, learn
 
     A fresh AdamW over :meth:`LLMPolicy.trainable_parameters`, shuffled minibatches of
     ``batch_size`` samples, the mean negative log-likelihood per unit (per candidate
-    choice in choose mode, per reply token in generate mode). As in the RL update, a
-    minibatch is scored in micro-batches of at most ``micro_batch_tokens`` tokens whose
-    gradients add up to the minibatch's, so a large model fits in memory (None: one pass
-    per minibatch). Returns one row per epoch: ``nll`` (the epoch's mean loss) and
-    ``likelihood`` (its mean per-unit probability).
+    choice in choose mode, per reply token in generate mode), backpropagated by
+    :func:`nll_backward` in micro-batches of ``micro_batch_tokens``. Returns one row per
+    epoch: ``nll`` (the epoch's mean loss) and ``likelihood`` (its mean per-unit probability).
     """
     import torch as th  # the config and the collection above stay torch-free
-
-    from milegpo.algos.buffer import split_by_tokens, step_tokens
 
     if not samples:
         raise ValueError("behaviour_clone needs at least one demonstration sample")
     optimizer = th.optim.AdamW(policy.trainable_parameters(), lr=learning_rate, weight_decay=0.0)
     rng = np.random.default_rng(seed)
-    tokens = np.array([step_tokens(sample) for sample in samples])
     policy.set_training_mode(True)
     history = []
     for _ in range(epochs):
         order = rng.permutation(len(samples))
         total, probability, units = 0.0, 0.0, 0
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            n_units = sum(len(samples[i].old_logprobs) for i in rows)  # the minibatch's, over its micro-batches
+            batch = [samples[i] for i in order[start:start + batch_size]]
             optimizer.zero_grad(set_to_none=True)
-            for micro in split_by_tokens(rows, tokens, micro_batch_tokens) if micro_batch_tokens else [rows]:
-                logp, mask, _ = policy.evaluate_actions([samples[i] for i in micro])
-                loss = -(logp * mask).sum() / n_units
-                if not th.isfinite(loss):
-                    raise FloatingPointError("the warm start's loss is not finite; lower warm_start.learning_rate")
-                loss.backward()
-                total += loss.item() * n_units
-                probability += float((logp.detach().exp() * mask).sum())
+            nll, likely, n_units = nll_backward(policy, batch, micro_batch_tokens)
             optimizer.step()
-            units += n_units
+            total, probability, units = total + nll * n_units, probability + likely, units + n_units
         history.append({"nll": total / units, "likelihood": probability / units})
     policy.set_training_mode(False)
     return history
+
+
+def nll_backward(policy: Any, batch: list[ActionSample],
+                 micro_batch_tokens: int | None = None) -> tuple[float, float, int]:
+    """Backpropagate the mean negative log-likelihood per unit of the minibatch ``batch``.
+
+    As in the RL update, it is scored in micro-batches of at most ``micro_batch_tokens``
+    tokens whose gradients add up to the minibatch's, so a large model fits in memory
+    (None: one pass). Returns the loss, the summed per-unit probability and the units.
+    """
+    import torch as th
+
+    from milegpo.algos.buffer import split_by_tokens, step_tokens
+
+    n_units = sum(len(sample.old_logprobs) for sample in batch)  # the minibatch's, over its micro-batches
+    rows = np.arange(len(batch))
+    tokens = np.array([step_tokens(sample) for sample in batch])
+    loss_sum, probability = 0.0, 0.0
+    for micro in split_by_tokens(rows, tokens, micro_batch_tokens) if micro_batch_tokens else [rows]:
+        logp, mask, _ = policy.evaluate_actions([batch[i] for i in micro])
+        loss = -(logp * mask).sum() / n_units
+        if not th.isfinite(loss):
+            raise FloatingPointError("the warm start's loss is not finite; lower warm_start.learning_rate")
+        loss.backward()
+        loss_sum += loss.item()
+        probability += float((logp.detach().exp() * mask).sum())
+    return loss_sum, probability, n_units
 
 
 def warm_start(policy: Any, env: Any, config: WarmStartConfig,
