@@ -115,17 +115,9 @@ def policy_actor(policy) -> Actor:
 def warm_started_policy(env_name: str, seed: int, workdir: Path):
     """The policy that ``learning_efficiency.py --warm-start`` runs of ``env_name`` and ``seed`` start from."""
     from milegpo import TrainConfig
-    from milegpo.envs import make_vec_env
-    from milegpo.run.train import prepare_model, start_model
 
     config = TrainConfig.from_dict(learning_efficiency.warm_start_values(env_name, seed))
-    model_path = prepare_model(config, workdir / f"{env_name}-s{seed}")
-    env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=seed,
-                       env_kwargs=config.env_kwargs_for(config.train_split), subprocess=False)
-    try:
-        model = start_model(config, env, model_path)
-    finally:
-        env.close()
+    model = learning_efficiency.starting_model(config, workdir / f"{env_name}-s{seed}")
     model.policy.reseed_sampling(seed)
     return model.policy
 
@@ -345,14 +337,14 @@ def main() -> None:
         groups, policy = "random-policy groups", "uniform random over admissible commands"
     report = {"policy": policy, "epsilon": args.epsilon, "warm_start": args.warm_start, "groups": groups,
               "group_size": args.group_size, "envs": {}}
-    workdir = Path(tempfile.mkdtemp(prefix="credit_quality_"))
     if out.with_suffix(".json").exists():  # keep the other envs' results
         report["envs"] = json.loads(out.with_suffix(".json").read_text()).get("envs", {})
+    workdir = tempfile.TemporaryDirectory(prefix="credit_quality_")  # the warm starts' tiny LMs
     for env_name in args.envs:
         started, per_seed = time.time(), []
         for seed in args.seeds:
             if args.warm_start:
-                actor = policy_actor(warm_started_policy(env_name, seed, workdir))
+                actor = policy_actor(warm_started_policy(env_name, seed, Path(workdir.name)))
             else:
                 actor = mixture_actor(args.epsilon) if args.epsilon < 1.0 else random_actor
             row = score_env(env_name, args.tasks, args.group_size, seed, actor)
@@ -367,6 +359,7 @@ def main() -> None:
         out.parent.mkdir(exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
         write_tables(report, out.with_suffix(".md"))
+    workdir.cleanup()
     print(out.with_suffix(".md").read_text())
 
 

@@ -36,6 +36,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,12 +119,30 @@ def job_config(name: str, config: dict) -> dict:
     return config
 
 
+def run_values(name: str, env: str, seed: int, shared: dict) -> dict:
+    """TrainConfig fields of the run of method or variant ``name`` on ``env`` with ``seed``."""
+    return job_config(name, {"total_timesteps": 12_000, **shared, **ENVS[env], "seed": seed})
+
+
 def warm_start_values(env: str, seed: int, algo: str = "milegpo") -> dict:
     """TrainConfig fields of a ``--warm-start`` run of ``env``, ``algo`` and ``seed`` under the
     default shared config (other benchmarks build the same starting policy from them)."""
     shared = json.loads((ROOT / "learning_efficiency.json").read_text())
-    values = job_config(algo, {"total_timesteps": 12_000, **shared, **ENVS[env], "seed": seed})
-    return {**values, "warm_start": WARM_STARTS[env]}
+    return {**run_values(algo, env, seed, shared), "warm_start": WARM_STARTS[env]}
+
+
+def starting_model(config: Any, folder: Path) -> Any:
+    """The untrained (warm-started, when ``config`` says so) model a run of ``config`` starts
+    from; its tiny LM is built in ``folder``."""
+    from milegpo.envs import make_vec_env
+    from milegpo.run.train import prepare_model, start_model
+
+    env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=config.seed,
+                       env_kwargs=config.env_kwargs_for(config.train_split), subprocess=False)
+    try:
+        return start_model(config, env, prepare_model(config, folder))
+    finally:
+        env.close()
 
 
 def run_one(job: dict) -> dict:
@@ -350,7 +369,7 @@ def main() -> None:
             for algo in args.algos:
                 if (env, algo, seed) in done:
                     continue
-                config = job_config(algo, {"total_timesteps": 12_000, **shared, **ENVS[env], "seed": seed})
+                config = run_values(algo, env, seed, shared)
                 if args.warm_start:
                     config["warm_start"] = WARM_STARTS[env]
                 if args.steps is not None:

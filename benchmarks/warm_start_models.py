@@ -38,8 +38,8 @@ import torch
 import learning_efficiency
 from milegpo import TrainConfig
 from milegpo.algos.warm_start import WarmStartConfig, behaviour_clone, collect_demonstrations, nll_backward
-from milegpo.envs import make_env, make_vec_env
-from milegpo.run.train import evaluate_model, prepare_model, start_model
+from milegpo.envs import make_env
+from milegpo.run.train import evaluate_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -119,14 +119,9 @@ def estimate_run_seconds(config: TrainConfig, units: dict[str, float], demo_step
 def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_fit_s: float,
             zero_shot: bool, workdir: Path) -> dict:
     config = run_config(env_name, fields, seed)
-    folder = workdir / name.split()[0]
-    model_path = prepare_model(config, folder / name.replace(" ", "_"))
-    env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=seed,
-                       env_kwargs=config.env_kwargs_for(config.train_split), subprocess=False)
-    try:
-        model = start_model(dataclasses.replace(config, warm_start=None), env, model_path)
-    finally:
-        env.close()
+    # cold: the warm start below is timed and run step by step
+    model = learning_efficiency.starting_model(dataclasses.replace(config, warm_start=None),
+                                               workdir / name.split()[0] / name.replace(" ", "_"))
     policy = model.policy
     row: dict = {"model": name, "fields": fields,
                  "parameters": sum(p.numel() for p in policy.model.parameters()),
