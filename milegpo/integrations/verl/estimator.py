@@ -1,0 +1,90 @@
+"""milegpo credit as a verl / verl-agent advantage estimator: token-level advantages from a
+step-level ``DataProto``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from milegpo.credit import CreditConfig, CreditResult, compute_credit, make_credit_config
+from milegpo.integrations.verl.settings import ESTIMATORS, EstimatorSettings
+from milegpo.integrations.verl.steps import StepRows, SuccessRule, step_batch_from_verl
+
+if TYPE_CHECKING:
+    import torch
+
+
+class DataProtoLike(StepRows, Protocol):
+    """The parts of a ``verl.DataProto`` the estimator reads and writes."""
+
+    batch: "dict[str, torch.Tensor]"
+    meta_info: dict[str, object]
+
+
+def compute_step_advantage(
+    data: DataProtoLike, method: str = "milegpo", config: CreditConfig | Mapping[str, object] | None = None, *,
+    success: SuccessRule = SuccessRule(), invalid_action_penalty: float = 0.1,
+) -> "tuple[torch.Tensor, torch.Tensor, CreditResult]":
+    """Token-level ``(advantages, returns, credit)`` of a verl-agent step-level batch.
+
+    :param method: a credit method (:data:`milegpo.credit.CREDIT_METHODS`).
+    :param config: the method's config, or a dict of overrides (``{"preset": "webshop"}``,
+        ``{"eta": 0.0}``, ``{"upstream_exact": True}``); None: the defaults.
+    :param success: how a trajectory's success is decided.
+    :param invalid_action_penalty: subtracted from the reward of a step whose action was invalid.
+    :returns: two (B, L) float tensors on ``response_mask``'s device (the same values: the
+        step advantage on every reply token, 0 on padding and inactive rows; copies of a row
+        get its value), and the :class:`~milegpo.credit.CreditResult` with the diagnostics.
+    """
+    import torch
+
+    batch, row_map = step_batch_from_verl(data, success=success, invalid_action_penalty=invalid_action_penalty)
+    if config is None or isinstance(config, Mapping):
+        config = make_credit_config(method, **dict(config or {}))
+    credit = compute_credit(method, batch, config)
+    mask = data.batch["response_mask"]
+    values = torch.as_tensor(credit.advantages, dtype=torch.float32, device=mask.device)
+    rows = torch.as_tensor(row_map, device=mask.device)
+    per_row = torch.where(rows >= 0, values[rows.clamp(min=0)], torch.zeros((), device=mask.device))
+    advantages = per_row.unsqueeze(-1) * mask.to(torch.float32)
+    return advantages, advantages.clone(), credit
+
+
+#: the settings of the running trainer per estimator name, set by :func:`configure` (at trainer construction)
+_ACTIVE: dict[str, EstimatorSettings] = {}
+
+
+def configure(settings: EstimatorSettings, estimator: str) -> None:
+    """Use ``settings`` whenever the trainer asks :func:`compute_advantage` for ``estimator``."""
+    _ACTIVE[estimator] = settings
+
+
+def compute_advantage(data: DataProtoLike, adv_estimator: object, *args: object,
+                      fallback: Callable[..., object] | None = None, **kwargs: object) -> object:
+    """verl-agent's ``compute_advantage(data, adv_estimator, ...)`` for milegpo's estimator names.
+
+    Writes ``data.batch["advantages"]`` and ``["returns"]``, and the credit diagnostics as
+    ``credit/*`` numbers to ``data.meta_info["milegpo_credit"]`` (which the installed
+    trainer adds to its metrics). The settings are those :func:`configure` recorded from the
+    trainer's config; the trainer's keyword arguments (gamma, gigpo mode, ...) were read from
+    that same config. Any other estimator name goes to ``fallback`` (the trainer's own function)
+    with the arguments unchanged.
+    """
+    name = str(getattr(adv_estimator, "value", adv_estimator))
+    if name not in ESTIMATORS:
+        if fallback is None:
+            raise ValueError(f"unknown advantage estimator {name!r}; milegpo provides {sorted(ESTIMATORS)}")
+        return fallback(data, adv_estimator, *args, **kwargs)
+    settings = _ACTIVE.get(name)
+    if settings is None:
+        raise RuntimeError(f"adv_estimator={name!r} reached compute_advantage in a process where milegpo's "
+                           "estimator was not configured: the trainer must be built after "
+                           "milegpo.integrations.verl.install() in that process (use "
+                           "`python -m milegpo.integrations.verl.main_ppo`, which installs it in every Ray worker)")
+    advantages, returns, credit = compute_step_advantage(
+        data, settings.method, settings.credit, success=settings.success,
+        invalid_action_penalty=settings.invalid_action_penalty)
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    data.meta_info["milegpo_credit"] = credit.log_values()
+    return data

@@ -1,0 +1,230 @@
+"""verl-agent's step-level rows as a :class:`~milegpo.credit.StepBatch`, whatever their order.
+
+verl-agent's trainer reorders the rows of a batch before advantages are computed
+(``trainer.balance_batch``, on by default, sorts them into balanced per-rank partitions)
+and appends copies of random rows so the batch divides by the micro-batch sizes
+(``adjust_batch``, mode "copy"). Row order therefore says nothing about step order, and a
+copied row is not a new step. So every row carries its step index in the column
+:data:`STEP_COLUMN`, written while the rows are still in rollout order
+(:func:`annotate_rollout` on the collector's per-env step lists, or :func:`add_step_index`
+on an in-order batch), and a trajectory's step is identified by ``(traj_uid, step)``:
+
+* rows are grouped by that pair, so any permutation of the rows gives the same credit;
+* a duplicated row (same pair) is the same step: it is counted once in every group
+  statistic and each copy receives that step's advantage. (verl-agent's own GiGPO counts
+  a copy as one more member of its anchor-state group, which biases the group mean toward
+  whichever rows the padding happened to draw; we do not.) Copies must agree on the state,
+  reward and validity, else the batch is refused;
+* a batch without the column is refused with a message naming it, never read by row order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from milegpo.credit import StepBatch
+
+#: the non-tensor column holding each row's step index inside its trajectory (0, 1, ...)
+STEP_COLUMN = "milegpo_step"
+#: the non-tensor column holding the env's ``won`` of the row's trajectory (from verl-agent's success evaluator)
+WON_COLUMN = "milegpo_won"
+#: the columns every batch needs
+REQUIRED_COLUMNS = ("uid", "traj_uid", "anchor_obs", "rewards", STEP_COLUMN)
+
+_MISSING_STEP = (
+    f"non_tensor_batch[{STEP_COLUMN!r}] (each row's step inside its trajectory) is missing. verl-agent's trainer "
+    "reorders rows (trainer.balance_batch=True) and duplicates some (adjust_batch), so step order cannot be read "
+    "from row order. Start training with `python -m milegpo.integrations.verl.main_ppo ...` (or call "
+    "milegpo.integrations.verl.install() in the process that builds the trainer, before rollouts), which adds the "
+    "column when verl-agent's TrajectoryCollector gathers the rollout; for a batch of your own whose rows are still "
+    "in rollout order, call milegpo.integrations.verl.add_step_index(batch) first.")
+
+
+class StepRows(Protocol):
+    """What is read of a ``verl.DataProto``: its dict of per-row numpy columns."""
+
+    non_tensor_batch: dict[str, np.ndarray]
+
+
+def _column(data: StepRows, name: str) -> np.ndarray:
+    if name not in data.non_tensor_batch:
+        if name == STEP_COLUMN:
+            raise KeyError(_MISSING_STEP)
+        raise KeyError(f"the batch has no non_tensor_batch[{name!r}]: milegpo credit needs verl-agent's step-level "
+                       f"columns {REQUIRED_COLUMNS[:-1]} (collected by its multi-turn rollout loop)")
+    return np.asarray(data.non_tensor_batch[name])
+
+
+def _hashable(value: object) -> object:
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def add_step_index(data: StepRows) -> None:
+    """Write :data:`STEP_COLUMN` into a batch whose rows are still in rollout order
+    (each trajectory's rows in step order, trajectories in any order or interleaved)."""
+    traj_uid = _column(data, "traj_uid")
+    seen: dict[object, int] = {}
+    steps = np.empty(len(traj_uid), dtype=np.int64)
+    for row, traj in enumerate(traj_uid):
+        steps[row] = seen.get(traj, 0)
+        seen[traj] = steps[row] + 1
+    data.non_tensor_batch[STEP_COLUMN] = steps
+
+
+def annotate_rollout(step_lists: Sequence[Sequence[dict[str, Any]]], success: Mapping[str, np.ndarray]) -> None:
+    """Tag the rows verl-agent's ``TrajectoryCollector.gather_rollout_data`` is about to collate.
+
+    :param step_lists: per env, its step dicts in step order (``total_batch_list``); the
+        active ones get their step index under :data:`STEP_COLUMN`.
+    :param success: the env manager's ``success_evaluator`` output; its ``success_rate``
+        array (the env's ``won`` at each env's last active step) goes to :data:`WON_COLUMN`.
+    """
+    won = success.get("success_rate")
+    if won is not None and len(won) != len(step_lists):
+        raise ValueError(f"success_rate has {len(won)} entries for {len(step_lists)} envs")
+    for env, steps in enumerate(step_lists):
+        active = [row for row in steps if row.get("active_masks", True)]
+        for t, row in enumerate(active):
+            row[STEP_COLUMN] = t
+            if won is not None:
+                row[WON_COLUMN] = bool(won[env])
+
+
+@dataclass(frozen=True)
+class SuccessRule:
+    """How a trajectory's success is decided.
+
+    :param source: ``"auto"`` (the env's ``won`` where the batch carries it, else the reward
+        rule), ``"won"`` (require the column) or ``"reward"`` (the reward rule only).
+    :param success_reward: the reward rule: the trajectory's env-reward sum is at least this
+        (10 is the ALFWorld/WebShop convention of verl-agent's recipes; verl-agent's search
+        env pays 1.0 for a correct answer).
+    """
+
+    source: str = "auto"
+    success_reward: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.source not in ("auto", "won", "reward"):
+            raise ValueError(f"success source must be 'auto', 'won' or 'reward', got {self.source!r}")
+        if not np.isfinite(self.success_reward):
+            raise ValueError(f"success_reward must be finite, got {self.success_reward}")
+
+
+def step_batch_from_verl(data: StepRows, *, success: SuccessRule = SuccessRule(),
+                         invalid_action_penalty: float = 0.1) -> tuple[StepBatch, np.ndarray]:
+    """The :class:`~milegpo.credit.StepBatch` of a verl-agent step-level batch, and for each
+    batch row the StepBatch row it maps to (-1 for rows with ``active_masks`` False).
+
+    :param data: a ``verl.DataProto`` (or anything with its ``non_tensor_batch`` dict).
+    :param success: how success is decided (see :class:`SuccessRule`).
+    :param invalid_action_penalty: subtracted from the reward of a step whose action was invalid.
+    """
+    columns = data.non_tensor_batch
+    uid, traj_uid, anchor = (_column(data, name) for name in ("uid", "traj_uid", "anchor_obs"))
+    step_col = _column(data, STEP_COLUMN).astype(np.int64)
+    env_rewards = _column(data, "rewards").astype(np.float64)
+    n = len(uid)
+    valid = np.asarray(columns["is_action_valid"]).astype(bool) if "is_action_valid" in columns else np.ones(n, bool)
+    active = np.asarray(columns["active_masks"]).astype(bool) if "active_masks" in columns else np.ones(n, bool)
+    if not np.all(np.isfinite(env_rewards[active])):
+        bad = int(np.flatnonzero(active & ~np.isfinite(env_rewards))[0])
+        raise ValueError(f"non_tensor_batch['rewards'] holds {env_rewards[bad]} at row {bad} "
+                         f"(trajectory {traj_uid[bad]!r}): the env returned a non-finite reward")
+
+    # one StepBatch row per distinct (trajectory, step); copies map to the same row
+    traj_index: dict[object, int] = {}
+    step_of: dict[tuple[int, int], int] = {}
+    row_map = np.full(n, -1, dtype=np.int64)
+    first_row: list[int] = []
+    for row in np.flatnonzero(active):
+        t = traj_index.setdefault(traj_uid[row], len(traj_index))
+        key = (t, int(step_col[row]))
+        k = step_of.get(key)
+        if k is None:
+            k = step_of[key] = len(first_row)
+            first_row.append(int(row))
+        else:
+            _check_copy(data, int(row), first_row[k], anchor, env_rewards, valid, uid)
+        row_map[row] = k
+    rows = np.asarray(first_row, dtype=np.int64)
+    traj_ids = np.array([traj_index[traj_uid[r]] for r in rows], dtype=np.int64)
+    step_idx = step_col[rows]
+    _check_steps_complete(traj_ids, step_idx, traj_uid, rows)
+
+    task_index: dict[object, int] = {}
+    task_ids = np.array([task_index.setdefault(uid[r], len(task_index)) for r in rows], dtype=np.int64)
+    traj_task = np.full(len(traj_index), -1, dtype=np.int64)
+    np.maximum.at(traj_task, traj_ids, task_ids)
+    if np.any(traj_task[traj_ids] != task_ids):
+        raise ValueError("a trajectory (traj_uid) has rows under two different uids (task groups)")
+    keys = np.empty(len(rows), dtype=object)
+    keys[:] = [_hashable(anchor[r]) for r in rows]
+    outcomes = np.bincount(traj_ids, weights=env_rewards[rows], minlength=len(traj_index))
+    won = _success(columns, rows, traj_ids, outcomes, success)
+
+    position = {(t, s): k for k, (t, s) in enumerate(zip(traj_ids.tolist(), step_idx.tolist()))}
+    given_next = np.asarray(columns["next_anchor_obs"]) if "next_anchor_obs" in columns else None
+    next_keys = np.empty(len(rows), dtype=object)
+    last = np.zeros(len(rows), dtype=bool)
+    for k, (t, s) in enumerate(zip(traj_ids.tolist(), step_idx.tolist())):
+        after = position.get((t, s + 1))
+        last[k] = after is None
+        if after is not None:
+            next_keys[k] = keys[after]
+        elif given_next is not None:
+            next_keys[k] = _hashable(given_next[rows[k]])
+        else:
+            next_keys[k] = ("<end of trajectory>", t)
+    batch = StepBatch(
+        task_ids=task_ids, traj_ids=traj_ids, step_idx=step_idx, state_keys=keys, next_state_keys=next_keys,
+        actions=np.full(len(rows), "", dtype=object),
+        rewards=env_rewards[rows] - invalid_action_penalty * (~valid[rows]),
+        valid=valid[rows], dones=last, outcomes=outcomes, success=won,
+    )
+    return batch, row_map
+
+
+def _check_copy(data: StepRows, row: int, first: int, anchor: np.ndarray, rewards: np.ndarray, valid: np.ndarray,
+                uid: np.ndarray) -> None:
+    same = (_hashable(anchor[row]) == _hashable(anchor[first]) and rewards[row] == rewards[first]
+            and valid[row] == valid[first] and uid[row] == uid[first])
+    if not same:
+        traj = data.non_tensor_batch["traj_uid"][row]
+        raise ValueError(f"rows {first} and {row} are both step {data.non_tensor_batch[STEP_COLUMN][row]} of "
+                         f"trajectory {traj!r} but differ in state, reward, validity or task: the step column "
+                         f"{STEP_COLUMN!r} was written after the rows were reordered")
+
+
+def _check_steps_complete(traj_ids: np.ndarray, step_idx: np.ndarray, traj_uid: np.ndarray, rows: np.ndarray) -> None:
+    """Every trajectory holds steps 0..n-1 (a gap means rows were dropped, e.g. adjust_batch mode "delete")."""
+    count = np.bincount(traj_ids)
+    top = np.full(len(count), -1, dtype=np.int64)
+    np.maximum.at(top, traj_ids, step_idx)
+    broken = np.flatnonzero(top + 1 != count)
+    if len(broken) or np.any(step_idx < 0):
+        t = int(broken[0]) if len(broken) else int(traj_ids[np.argmax(step_idx < 0)])
+        name = traj_uid[rows[np.flatnonzero(traj_ids == t)[0]]]
+        raise ValueError(f"trajectory {name!r} has steps {sorted(step_idx[traj_ids == t].tolist())}, not 0..n-1: "
+                         "rows of it are missing from the batch (adjust_batch with mode='delete' drops rows; "
+                         "milegpo credit needs every step of every trajectory)")
+
+
+def _success(columns: Mapping[str, np.ndarray], rows: np.ndarray, traj_ids: np.ndarray, outcomes: np.ndarray,
+             rule: SuccessRule) -> np.ndarray:
+    if rule.source != "reward" and WON_COLUMN in columns:
+        won = np.zeros(len(outcomes), dtype=bool)
+        won[traj_ids] = np.asarray(columns[WON_COLUMN])[rows].astype(bool)
+        return won
+    if rule.source == "won":
+        raise KeyError(f"success source 'won' needs non_tensor_batch[{WON_COLUMN!r}], which install() adds from "
+                       "verl-agent's success evaluator; set algorithm.milegpo.success=reward to use the reward rule")
+    return outcomes >= rule.success_reward
