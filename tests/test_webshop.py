@@ -291,3 +291,21 @@ def test_search_keeps_single_character_tokens_and_uses_anserini_bm25():
     assert search.search("running shoe 8")[0] == "size8"  # "8" is a term, as in Lucene
     assert search.search("t")[:1] == ["shirt"]
     assert search.search("the of and") == []  # Lucene stop words only: nothing to match
+
+
+def test_inline_search_ranks_as_bm25s_thread_pool_does() -> None:
+    # ProductSearch runs each query inline (bm25s n_threads=0); bm25s' pooled path must give the same ranking
+    import bm25s
+
+    from milegpo.envs.webshop.search import LUCENE_STOP_WORDS, TOKEN_PATTERN
+
+    env = WebShopEnv()
+    search = env.search_engine
+    queries = [p.title for p in env.catalog.products][:200]
+    for query in queries:
+        terms = bm25s.tokenize([query.lower()], token_pattern=TOKEN_PATTERN, stopwords=LUCENE_STOP_WORDS,
+                               stemmer=search._stemmer, show_progress=False, return_ids=False)
+        docs, scores = search._retriever.retrieve(terms, k=min(50, len(search.ids)), show_progress=False,
+                                                  n_threads=2)
+        pooled = [search.ids[int(d)] for d, s in zip(docs[0], scores[0]) if s > 0]
+        assert search.search(query, k=50) == pooled

@@ -27,13 +27,18 @@ Distances
 **(ours)** A task without success has no :math:`g`; its nodes all get
 :math:`d = 0 + 1 = 1` (any constant: it is normalised away within the task).
 
-Potentials of MileGPO (:meth:`TaskGraph.max_potential`) are computed by the
+Distances are one breadth-first search per batch over the reversed edges, started from
+all goal nodes at once (each edge is looked at once: O(V + E)).
+
+Potentials of MileGPO (:meth:`TaskGraph.max_potential`) are the fixed point of the
 max-product relaxation :math:`\Phi(u) \leftarrow \max(\Phi(u), \omega \max_{u \to w} \Phi(w))`
 started from :math:`\Phi = \text{value}` on the candidate nodes. For
-:math:`0 \le \omega \le 1` its fixed point is exactly
+:math:`0 \le \omega \le 1` it is exactly
 :math:`\Phi(s) = \max_v \text{value}(v)\, \omega^{d(s, v)}` (the best walk is a
-shortest path), and it costs one pass over the edges per unit of distance instead of
-one BFS per candidate.
+shortest path). It is computed by frontier relaxation: each round looks only at the edges
+into the nodes whose value rose in the previous round, so a node is revisited only when a
+better candidate reaches it (once per node on a chain, instead of one pass over every
+edge per unit of distance).
 
 Everything is vectorised over all tasks at once: the union of the task graphs is one
 graph whose components never connect.
@@ -41,6 +46,7 @@ graph whose components never connect.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,8 +110,21 @@ class TaskGraph:
     node_n_revisit: np.ndarray  # (V,) visits beyond the first, summed over trajectories
     edge_n_traj: np.ndarray  # (E,) |T(e)|
     edge_n_succ: np.ndarray  # (E,) |T^+(e)|
-    dist_to_goal: np.ndarray  # (V,) float d(v, g), unreachable = task max finite + 1
-    reaches_goal: np.ndarray  # (V,) bool d(v, g) < inf before the replacement
+
+    @functools.cached_property
+    def _distances(self) -> tuple[np.ndarray, np.ndarray]:
+        return _distance_to_goal(self.edge_src, self.edge_dst, self.is_goal, self.node_task, self.num_tasks)
+
+    @property
+    def dist_to_goal(self) -> np.ndarray:
+        """(V,) float :math:`d(v, g)`, unreachable = the task's max finite + 1 (searched on first use:
+        the methods without distances never pay for the search)."""
+        return self._distances[0]
+
+    @property
+    def reaches_goal(self) -> np.ndarray:
+        """(V,) bool :math:`d(v, g) < \\infty` before the replacement."""
+        return self._distances[1]
 
     @property
     def num_nodes(self) -> int:
@@ -149,15 +168,35 @@ class TaskGraph:
         phi = np.asarray(node_values, dtype=np.float64).copy()
         if self.num_edges == 0 or not np.any(phi > 0) or omega == 0.0:
             return phi
-        starts = segment_starts(self.edge_src)
-        srcs = self.edge_src[starts]
-        for _ in range(self.num_nodes):
-            best = omega * np.maximum.reduceat(phi[self.edge_dst], starts)
-            improved = best > phi[srcs]
-            if not np.any(improved):
-                break
-            phi[srcs[improved]] = best[improved]
+        into = _ReversedEdges(self.edge_src, self.edge_dst, self.num_nodes)
+        changed = np.flatnonzero(phi > 0)
+        while len(changed):
+            srcs, dsts = into.edges_into(changed)
+            best = np.zeros(self.num_nodes)
+            np.maximum.at(best, srcs, omega * phi[dsts])
+            changed = np.unique(srcs[best[srcs] > phi[srcs]])
+            phi[changed] = best[changed]
         return phi
+
+
+class _ReversedEdges:
+    """The edges grouped by target node (CSR), to walk the graph backwards."""
+
+    def __init__(self, edge_src: np.ndarray, edge_dst: np.ndarray, num_nodes: int) -> None:
+        order = np.argsort(edge_dst, kind="stable")
+        self.src = edge_src[order]
+        self.dst = edge_dst[order]
+        self.ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(edge_dst, minlength=num_nodes), out=self.ptr[1:])
+
+    def edges_into(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sources, targets) of every edge ending in one of ``nodes``."""
+        counts = self.ptr[nodes + 1] - self.ptr[nodes]
+        total = int(counts.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        offsets = np.repeat(self.ptr[nodes] - np.cumsum(counts) + counts, counts) + np.arange(total)
+        return self.src[offsets], self.dst[offsets]
 
 
 def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> TaskGraph:
@@ -230,30 +269,27 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     task_n_traj = np.bincount(traj_task[traj_task >= 0], minlength=num_tasks)
     task_n_succ = np.bincount(traj_task[traj_success], minlength=num_tasks)
 
-    dist, reaches = _distance_to_goal(edge_src, edge_dst, is_goal, node_task, num_tasks)
     return TaskGraph(
         num_tasks=num_tasks, task_values=task_values, row_task=row_task, row_src=row_src, row_dst=row_dst,
         row_edge=row_edge, node_task=node_task, node_key=node_key, is_goal=is_goal, is_start=is_start,
         edge_src=edge_src, edge_dst=edge_dst, traj_task=traj_task, traj_success=traj_success,
         task_n_traj=task_n_traj, task_n_succ=task_n_succ, node_n_traj=node_n_traj, node_n_succ=node_n_succ,
         node_n_revisit=node_n_revisit, edge_n_traj=edge_n_traj, edge_n_succ=edge_n_succ,
-        dist_to_goal=dist, reaches_goal=reaches,
     )
 
 
 def _distance_to_goal(edge_src: np.ndarray, edge_dst: np.ndarray, is_goal: np.ndarray,
                       node_task: np.ndarray, num_tasks: int) -> tuple[np.ndarray, np.ndarray]:
-    """BFS distance of every node to its task's goal (min-plus relaxation over the edges)."""
+    """BFS distance of every node to its task's goal (one search from all goals, reversed edges)."""
     dist = np.where(is_goal, 0.0, np.inf)
     if len(edge_src) and is_goal.any():
-        starts = segment_starts(edge_src)
-        srcs = edge_src[starts]
-        for _ in range(len(dist)):
-            best = np.minimum.reduceat(dist[edge_dst], starts) + 1.0
-            improved = best < dist[srcs]
-            if not np.any(improved):
-                break
-            dist[srcs[improved]] = best[improved]
+        into = _ReversedEdges(edge_src, edge_dst, len(dist))
+        frontier, level = np.flatnonzero(is_goal), 0.0
+        while len(frontier):
+            level += 1.0
+            srcs, _ = into.edges_into(frontier)
+            frontier = np.unique(srcs[np.isinf(dist[srcs])])
+            dist[frontier] = level
     reaches = np.isfinite(dist)
     task_max = np.zeros(num_tasks)
     np.maximum.at(task_max, node_task[reaches], dist[reaches])

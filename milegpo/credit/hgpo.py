@@ -80,17 +80,29 @@ def history_groups_by_level(batch: StepBatch, graph: TaskGraph, levels: list[int
     starts = segment_starts(batch.traj_ids[order])
     pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
     task = graph.row_task[order]
+    groups_by_level = []
+    groups = task  # level 0: the task alone
+    for k in range(1, max(levels, default=0) + 1):
+        # the level-k suffix ending at j is the level-(k-1) suffix ending at j-1, plus s_j
+        previous = groups if k == 1 else np.r_[-1, groups[:-1]]
+        eligible = pos + 1 >= k
+        groups = np.full(len(order), -1, dtype=np.int64)
+        groups[eligible] = _first_seen_ids(previous[eligible] * (int(keys.max(initial=0)) + 1) + keys[eligible])
+        groups_by_level.append(groups)
     result = []
     for k in levels:
-        groups = np.full(len(order), -1, dtype=np.int64)
-        ids: dict[tuple[int, ...], int] = {}
-        for j in np.flatnonzero(pos + 1 >= k):
-            suffix = (int(task[j]), *keys[j - k + 1 : j + 1].tolist())
-            groups[j] = ids.setdefault(suffix, len(ids))
-        out = np.empty_like(groups)
-        out[order] = groups
+        out = np.empty(len(order), dtype=np.int64)
+        out[order] = groups_by_level[k - 1]
         result.append(out)
     return result
+
+
+def _first_seen_ids(codes: np.ndarray) -> np.ndarray:
+    """Dense ids of ``codes``, numbered in order of first appearance."""
+    unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
+    return rank[inverse.reshape(-1)]
 
 
 def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:

@@ -65,5 +65,6 @@ class ProductSearch:
         if not terms[0]:
             return []
         k = min(k, len(self.ids))
-        docs, scores = self._retriever.retrieve(terms, k=k, show_progress=False, n_threads=1)
+        # n_threads=0: bm25s runs a single query inline (any other value starts a thread pool per call)
+        docs, scores = self._retriever.retrieve(terms, k=k, show_progress=False, n_threads=0)
         return [self.ids[int(d)] for d, s in zip(docs[0], scores[0]) if s > 0 and np.isfinite(s)]
