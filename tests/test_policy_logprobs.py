@@ -166,3 +166,35 @@ def test_score_rows_takes_the_right_padded_path_only_where_the_model_allows(mode
         assert not supports_right_padded_rows(model)
     finally:
         model.config.model_type = original
+
+
+def _pad_rows_one_by_one(rows, pad_id, left):
+    """The previous pad_rows: one tensor conversion per row."""
+    width = max(map(len, rows), default=0)
+    ids = torch.full((len(rows), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row):
+            span = slice(width - len(row), width) if left else slice(0, len(row))
+            ids[i, span] = torch.as_tensor(list(row), dtype=torch.long)
+            mask[i, span] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("as_arrays", [True, False])
+def test_pad_rows_equals_padding_row_by_row(left: bool, as_arrays: bool) -> None:
+    import numpy as np
+
+    from milegpo.policies.scoring import pad_rows
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        rows = [rng.integers(0, 1000, size=int(n)) for n in rng.integers(0, 12, size=int(rng.integers(0, 6)))]
+        rows = rows if as_arrays else [r.tolist() for r in rows]
+        got, want = pad_rows(rows, 7, left=left), _pad_rows_one_by_one(rows, 7, left)
+        assert torch_equal(got, want)
+
+
+def torch_equal(a, b) -> bool:
+    return all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b))

@@ -10,9 +10,11 @@ logits that predict completion tokens are computed (``logits_to_keep``).
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch as th
 
 
@@ -36,16 +38,21 @@ def output_cache(out: Any) -> Any:
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, left: bool = False,
              device: th.device | str | None = None) -> tuple[th.Tensor, th.Tensor]:
     """``(ids [B, L], attention_mask [B, L])`` of token rows padded with ``pad_id`` to the longest,
-    on the left (prompts) or on the right (completions)."""
-    width = max(map(len, rows), default=0)
-    ids = th.full((len(rows), width), int(pad_id), dtype=th.long)
-    mask = th.zeros((len(rows), width), dtype=th.long)
-    for i, row in enumerate(rows):
-        if len(row):
-            span = slice(width - len(row), width) if left else slice(0, len(row))
-            ids[i, span] = th.as_tensor(list(row), dtype=th.long)
-            mask[i, span] = 1
-    return (ids.to(device), mask.to(device)) if device is not None else (ids, mask)
+    on the left (prompts) or on the right (completions).
+
+    Rows may be lists or int arrays; all tokens are gathered into one flat array and written
+    through one boolean mask (row-major, so in row order), with no per-row tensor conversion."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    width = int(lengths.max(initial=0))
+    columns = np.arange(width)
+    filled = columns >= (width - lengths)[:, None] if left else columns < lengths[:, None]
+    ids = np.full((len(rows), width), int(pad_id), dtype=np.int64)
+    if width:
+        arrays = all(isinstance(row, np.ndarray) for row in rows)
+        ids[filled] = (np.concatenate(rows) if arrays  # type: ignore[arg-type]
+                       else np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum())))
+    out_ids, mask = th.from_numpy(ids), th.from_numpy(filled.astype(np.int64))
+    return (out_ids.to(device), mask.to(device)) if device is not None else (out_ids, mask)
 
 
 def _check_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> None:
