@@ -38,7 +38,7 @@ import numpy as np
 from milegpo.credit.base import CreditConfig, check_nonnegative, check_unit, common_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
 from milegpo.credit.gigpo import discounted_returns
-from milegpo.credit.graph import TaskGraph, build_task_graph, index_strings, segment_starts, trajectory_order
+from milegpo.credit.graph import TaskGraph, build_task_graph, segment_starts, trajectory_order
 from milegpo.credit.norm import episode_scores, group_normalize, invalid_penalties
 
 
@@ -76,18 +76,17 @@ def history_groups(batch: StepBatch, graph: TaskGraph, k: int) -> np.ndarray:
 def history_groups_by_level(batch: StepBatch, graph: TaskGraph, levels: list[int]) -> list[np.ndarray]:
     """:func:`history_groups` of every level in ``levels``; the rows are put in trajectory order once."""
     order = trajectory_order(batch)
-    (keys,) = index_strings(batch.state_keys[order])
+    nodes = graph.row_src[order]  # the node of s_t: its task and state key in one id
     starts = segment_starts(batch.traj_ids[order])
     pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    task = graph.row_task[order]
     groups_by_level = []
-    groups = task  # level 0: the task alone
+    groups = np.full(len(order), -1, dtype=np.int64)
     for k in range(1, max(levels, default=0) + 1):
         # the level-k suffix ending at j is the level-(k-1) suffix ending at j-1, plus s_j
-        previous = groups if k == 1 else np.r_[-1, groups[:-1]]
         eligible = pos + 1 >= k
+        codes = nodes[eligible] if k == 1 else np.r_[-1, groups[:-1]][eligible] * graph.num_nodes + nodes[eligible]
         groups = np.full(len(order), -1, dtype=np.int64)
-        groups[eligible] = _first_seen_ids(previous[eligible] * (int(keys.max(initial=0)) + 1) + keys[eligible])
+        groups[eligible] = _first_seen_ids(codes)
         groups_by_level.append(groups)
     result = []
     for k in levels:
