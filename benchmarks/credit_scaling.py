@@ -41,8 +41,8 @@ import numpy as np
 from milegpo.credit import CREDIT_METHODS, StepBatch, build_task_graph, compute_credit
 
 RESULTS = Path(__file__).resolve().parent / "results"
-#: (tasks, group, horizon): ~1k to ~1M steps (walks end early when they win)
-SIZES = [(1, 16, 64), (4, 16, 64), (16, 16, 64), (64, 16, 64), (256, 16, 64), (1024, 16, 64)]
+#: (tasks, group, horizon): ~1k to ~1M steps (walks end early when they win: 1,100 tasks give just over 1M)
+SIZES = [(1, 16, 64), (4, 16, 64), (16, 16, 64), (64, 16, 64), (256, 16, 64), (1100, 16, 64)]
 ROOMS = 10
 
 
@@ -200,18 +200,37 @@ def main() -> None:
                             for m in CREDIT_METHODS}
             slopes[kind]["graph_build"] = slope(steps, [float(r["graph_build_s"]) for r in rows])  # type: ignore[arg-type]
     result["loglog_slope"] = slopes
-    depth = {}
-    for horizon in (50, 200):
-        batch = house_batch(16, 8, horizon, distinct=True, seed=1)
-        depth[str(horizon)] = {"steps": batch.num_steps, "graph_build_s": timed(lambda: build_task_graph(batch),
-                                                                                args.repeats)[0]}
+    depth: dict[str, object] = {}
+    batches = {horizon: house_batch(16, 8, horizon, distinct=True, seed=1) for horizon in (50, 200)}
+    samples: dict[int, list[float]] = {50: [], 200: []}
+    for _ in range(max(args.repeats, 11)):  # interleaved: a load change hits both horizons alike
+        for horizon, batch in batches.items():
+            samples[horizon].append(timed(lambda b=batch: build_task_graph(b), 1)[0])
+    for horizon, batch in batches.items():
+        depth[str(horizon)] = {"steps": batch.num_steps, "graph_build_s": float(np.median(samples[horizon]))}
     depth["growth"] = depth["200"]["graph_build_s"] / depth["50"]["graph_build_s"]  # type: ignore[assignment]
     depth["steps_ratio"] = depth["200"]["steps"] / depth["50"]["steps"]  # type: ignore[assignment]
     result["distinct_graph_build_horizon_50_vs_200"] = depth
+    result["rank_gather"] = rank_gather_cost(args.repeats)
     result["machine"]["load_1min_at_end"] = os.getloadavg()[0]  # type: ignore[index]
     save()
     print("log-log slope of time vs steps:", json.dumps(slopes, indent=1))
     print(f"distinct states, graph build T=50 -> T=200: {depth['growth']:.2f}x for {depth['steps_ratio']:.2f}x the steps")
+
+
+def rank_gather_cost(repeats: int) -> dict[str, float]:
+    """What the data-parallel trainer's diagnostics cost rank 0 per rank: each rank's StepBatch is
+    pickled to rank 0 (torch.distributed.gather_object), merged, and credited again there.
+    Measured on one rank's batch of the paper's shape (16 tasks x 8 x up to 50 steps)."""
+    import pickle
+
+    from milegpo.algos.distributed import merge_step_batches
+
+    batch = house_batch(16, 8, 50, distinct=False, seed=2)
+    payload = len(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+    merge_s = timed(lambda: merge_step_batches([batch] * 8, 16), repeats)[0] / 8
+    return {"steps_per_rank": batch.num_steps, "pickled_bytes_per_step": payload / batch.num_steps,
+            "merge_s_per_rank": merge_s}
 
 
 def markdown(result: dict[str, object]) -> str:
@@ -232,6 +251,11 @@ def markdown(result: dict[str, object]) -> str:
         lines += ["", "verl-agent's GiGPO advantage function on the same house batches (its "
                   "`compute_gigpo_outcome_advantage`, token length 1), time relative to ours: "
                   + ", ".join(f"{r['steps']:,} steps {r['verl_agent_gigpo']['ratio_to_ours']:.1f}x" for r in ref)]
+    gather = result.get("rank_gather")
+    if gather:
+        lines += ["", f"Data-parallel diagnostics: one rank's batch ({gather['steps_per_rank']:,} steps) pickles to "  # type: ignore[index]
+                  f"{gather['pickled_bytes_per_step']:.0f} bytes per step for rank 0; merging costs "  # type: ignore[index]
+                  f"{1e3 * gather['merge_s_per_rank']:.1f} ms per rank."]  # type: ignore[index]
     depth = result.get("distinct_graph_build_horizon_50_vs_200")
     if depth:
         lines += ["", f"Distinct states, graph build at horizon 50 vs 200 (16 x 8 trajectories): "

@@ -8,9 +8,12 @@ the model, then prints and writes per iteration:
   forward; env steps), credit, update (forward; backward + optimizer = the rest),
   in-training evaluation (same split-up) and the rest (logging, checkpoints);
 * tokens through the model, padded and real (rows x width vs attention-mask ones);
-* the FLOP-limit ratio per phase: linear-layer FLOPs executed (2 x in x out per row;
-  the update's backward counted as 2x its forward) / seconds / the matmul peak
-  measured here at the start on the same threads.
+* the FLOP-limit ratio per phase: linear-layer FLOPs executed (2 x in x out per row) /
+  seconds / the matmul peak measured here at the start on the same threads. The update's
+  backward is counted as executed: every layer's input gradient (1x its forward) and a
+  weight gradient (another 1x) only for the layers whose weights train. With LoRA the base
+  weights are frozen, so the update executes ~2x its forward, not 3x; the ratio a full
+  fine-tune would reach at the same speed (3x) is printed beside it.
 
     python benchmarks/iteration_profile.py --setting webshop --out benchmarks/results/iteration_profile
     python benchmarks/iteration_profile.py --setting house --iterations 10
@@ -71,6 +74,7 @@ class Profile:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.flops: dict[str, float] = defaultdict(float)
+        self.trainable_flops: dict[str, float] = defaultdict(float)  # forward FLOPs of layers whose weight trains
         self.tokens: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # phase -> [padded, real]
         self.calls: dict[str, int] = defaultdict(int)
         self.stack: list[str] = ["other"]
@@ -122,7 +126,10 @@ class Profile:
     def hook_model(self, model: torch.nn.Module) -> None:
         def count_linear(module: torch.nn.Linear, inputs: tuple[torch.Tensor, ...], _: Any) -> None:
             rows = inputs[0].numel() // module.in_features
-            self.flops[self.stack[-1]] += 2.0 * rows * module.in_features * module.out_features
+            flops = 2.0 * rows * module.in_features * module.out_features
+            self.flops[self.stack[-1]] += flops
+            if module.weight.requires_grad:
+                self.trainable_flops[self.stack[-1]] += flops
 
         def count_tokens(_: Any, args: tuple, kwargs: dict) -> None:
             ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
@@ -228,13 +235,18 @@ def run(setting: str, iterations: int, seed: int, threads: int) -> dict[str, Any
         seconds = profile.seconds[phase]
         parts = {key.split("/", 1)[1]: value / n_iter for key, value in profile.seconds.items()
                  if key.startswith(f"{phase}/")}
-        flops = profile.flops.get(phase, 0.0) * (3.0 if phase == "update" else 1.0)
+        forward = profile.flops.get(phase, 0.0)
+        # the update's backward: input gradients of every layer + weight gradients of the trained ones
+        flops = 2.0 * forward + profile.trainable_flops.get(phase, 0.0) if phase == "update" else forward
+        full_ft = 3.0 * forward if phase == "update" else forward
         padded, real = profile.tokens.get(phase, [0, 0])
         rows.append({"phase": phase, "seconds_per_iteration": seconds / n_iter, "share_of_iteration":
                      seconds / max(learn_wall, 1e-9) if phase != "final_eval" else None, "parts": parts,
                      "padded_tokens": padded, "real_tokens": real, "padding_ratio": padded / max(real, 1),
                      "gflop_per_s": flops / max(seconds, 1e-9) / 1e9,
-                     "flop_limit_ratio": flops / max(seconds, 1e-9) / peak})
+                     "flop_limit_ratio": flops / max(seconds, 1e-9) / peak,
+                     "flop_limit_ratio_if_full_finetune": full_ft / max(seconds, 1e-9) / peak,
+                     "trainable_share_of_forward_flops": profile.trainable_flops.get(phase, 0.0) / max(forward, 1.0)})
     return {"setting": setting, "config": fields, "seed": seed, "threads": threads, "iterations": n_iter,
             "wall_s": wall, "iteration_s": learn_wall / n_iter, "matmul_peak_gflop_per_s": peak / 1e9,
             "phases": rows, "per_iteration_seconds": per_iter}
@@ -244,14 +256,15 @@ def table(result: dict[str, Any]) -> str:
     lines = [f"{result['setting']}: {result['iterations']} iterations, {result['iteration_s']:.2f} s per iteration "
              f"(rollout + credit + update + eval), matmul peak {result['matmul_peak_gflop_per_s']:.0f} GFLOP/s "
              f"on {result['threads']} thread(s)", "",
-             "| phase | s / iteration | share | parts (s / iteration) | padded / real tokens | GFLOP/s | FLOP-limit |",
-             "|---|---|---|---|---|---|---|"]
+             "| phase | s / iteration | share | parts (s / iteration) | padded / real tokens | GFLOP/s executed | "
+             "FLOP-limit executed | FLOP-limit if full fine-tune |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in result["phases"]:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(row["parts"].items(), key=lambda kv: -kv[1]))
         share = f"{row['share_of_iteration']:.0%}" if row["share_of_iteration"] is not None else "-"
         lines.append(f"| {row['phase']} | {row['seconds_per_iteration']:.2f} | {share} | {parts} | "
                      f"{row['padding_ratio']:.2f} ({row['real_tokens']:,} real) | {row['gflop_per_s']:.2f} | "
-                     f"{row['flop_limit_ratio']:.3f} |")
+                     f"{row['flop_limit_ratio']:.3f} | {row['flop_limit_ratio_if_full_finetune']:.3f} |")
     return "\n".join(lines)
 
 

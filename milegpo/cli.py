@@ -14,7 +14,9 @@ the exit code. To add a subcommand::
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -197,6 +199,8 @@ def _train_parser(subparsers: Any) -> None:
     parser.add_argument("--resume", metavar="RUN_DIR", default=None,
                         help="continue a run from its newest intact checkpoint (its logs are cut back to it)")
     parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
+                        help="console: 0 nothing, 1 one line per iteration (default), 2 every logged value")
     parser.set_defaults(func=run_train)
 
 
@@ -220,26 +224,48 @@ def _train_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_train(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
+    from milegpo.algos.errors import TrainingError
     from milegpo.envs import UnknownEnvError
     from milegpo.run.train import CONFIG_FILE, TrainConfig, train
 
+    run_dir = args.resume or args.run_dir
     try:
         if args.resume:
+            if not os.path.isfile(os.path.join(args.resume, CONFIG_FILE)):
+                raise FileNotFoundError(f"{args.resume!r} is not a run folder (no {CONFIG_FILE}); pass the folder "
+                                        "`milegpo train` wrote")
             config = TrainConfig.from_file(f"{args.resume}/{CONFIG_FILE}")
         elif args.config:
             config = TrainConfig.from_file(args.config)
         else:
             config = TrainConfig()
         config = TrainConfig.from_dict({**config.__dict__, **_train_overrides(args)})
-        train(config, run_dir=args.resume or args.run_dir, resume=bool(args.resume), progress_bar=not args.no_progress_bar)
+        train(config, run_dir=run_dir, resume=bool(args.resume), progress_bar=not args.no_progress_bar,
+              verbose=args.verbose)
     except (ValueError, FileNotFoundError, ImportError, UnknownEnvError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except TrainingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {os_error_text(exc)}{resume_hint(run_dir)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        where = f" {args.resume or args.run_dir}" if (args.resume or args.run_dir) else " RUN_DIR"
-        print(f"\ninterrupted: continue with milegpo train --resume{where}", file=sys.stderr)
+        print(f"\ninterrupted{resume_hint(run_dir)}", file=sys.stderr)
         return 130
     return 0
+
+
+def os_error_text(exc: OSError) -> str:
+    """One line for an OS error: what failed on which path ("no space left on device" for ENOSPC)."""
+    reason = "no space left on device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    path = f" while writing {exc.filename}" if exc.filename else ""
+    return f"{reason}{path}"
+
+
+def resume_hint(run_dir: str | None) -> str:
+    return f": the last intact checkpoint is kept; continue with milegpo train --resume {run_dir or 'RUN_DIR'}"
 
 
 # ----------------------------------------------------------------------- eval

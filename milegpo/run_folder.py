@@ -33,7 +33,8 @@ iteration:
   the update's wall time);
 * ``credit/`` every scalar of the credit method's diagnostics (the full diagnostics, milestone
   and trap lists included, go to ``credit_diagnostics.jsonl``: :mod:`milegpo.algos.run_outputs`);
-* ``eval/`` success_rate, mean_return, mean_length, mean_score of the iterations with an evaluation.
+* ``eval/<split>/`` success_rate, mean_return, mean_length, mean_score of every held-out split, in the
+  iterations with an evaluation (the first split is also the learning curve, ``eval.jsonl``).
 """
 
 from __future__ import annotations

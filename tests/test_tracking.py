@@ -60,6 +60,6 @@ def test_wandb_offline_and_mlflow_file_store_get_the_run(tmp_path: Path) -> None
     files = list((run / "wandb").glob(f"offline-run-*-{ids['wandb']}/run-{ids['wandb']}.wandb"))
     assert len(files) == 1
     data = files[0].read_bytes()
-    for needle in (b"rollout/success_rate", b"credit/num_milestones_kept", b"eval/success_rate",
+    for needle in (b"rollout/success_rate", b"credit/num_milestones_kept", b"eval/eval_id/success_rate", b"eval/eval_ood/success_rate",
                    b"final/eval_id/success_rate", b"learning_curve", b"milegpo/House-v0"):
         assert needle in data, needle

@@ -119,7 +119,7 @@ def test_progress_rows_hold_their_own_iteration_eval(tmp_path: Path) -> None:
     by_iteration = {int(r["time/iterations"]): r for r in progress}
     assert sorted(by_iteration) == list(range(len(progress)))  # no row without an iteration
     for row in evals:
-        assert float(by_iteration[row["iteration"]]["eval/success_rate"]) == pytest.approx(row["success_rate"])
+        assert float(by_iteration[row["iteration"]]["eval/eval_id/success_rate"]) == pytest.approx(row["success_rate"])
     assert [r["iteration"] for r in evals] == sorted({0, *range(2, len(progress), 2), len(progress) - 1})
 
 

@@ -56,6 +56,8 @@ from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.algos.callbacks import as_callback, flatten_callbacks
+from milegpo.algos.console import use_console_format
+from milegpo.algos.errors import TrainingError
 from milegpo.algos.loss import LOSS_AGGREGATIONS
 from milegpo.algos.persistence import CheckpointMixin
 from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes
@@ -71,6 +73,9 @@ from milegpo.policies.optim import with_default_weight_decay
 logger = logging.getLogger(__name__)
 
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
+
+#: rollouts in a row that may lose every episode to env errors before training stops
+MAX_LOST_ROLLOUTS = 3
 
 
 class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
@@ -105,7 +110,8 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
     :param tensorboard_log: tensorboard log folder (None: no tensorboard).
     :param policy_kwargs: LLMPolicy arguments, plain values only (``model`` path or
         name, ``mode``, ``lora`` dict, ...).
-    :param verbose: 0 silent, 1 progress logs on stdout.
+    :param verbose: 0 silent, 1 one line per iteration on stdout (success, held-out success, loss,
+        seconds), 2 SB3's table of every logged value.
     :param seed: seeds python/numpy/torch, the task draws, the minibatch shuffling and (unless
         ``policy_kwargs`` has one) the policy's action sampling.
     :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` ... (given to the policy).
@@ -201,6 +207,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         self._iterations = 0
         self._elapsed_before = 0.0
         self._skipped_steps = 0
+        self._lost_rollouts = 0  # rollouts in a row whose every episode ended in an env error
         self._dump_pending = False
         self._rollout_log: dict[str, float] = {}
         self._last_update_stats: dict[str, float] = {}
@@ -293,7 +300,11 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
             self._elapsed_before = self.time_elapsed()
         if self.env is not None:
             self._seed_tasks(self.env)
-        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        total, callback = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name,
+                                               progress_bar)
+        if not self._custom_logger:  # SB3's default logger: a line per iteration at verbose=1, its table at 2
+            use_console_format(self._logger, self.verbose)
+        return total, callback
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
         callback = as_callback(callback, progress_bar)
@@ -327,8 +338,16 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         """
         if self.env is None:
             raise ValueError("this model has no env: load it with load(path, env=...) or call set_env(env)")
-        return super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
-                             reset_num_timesteps, progress_bar)
+        updates_before, skipped_before = self._n_updates, self._skipped_steps
+        super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
+                      reset_num_timesteps, progress_bar)
+        skipped = self._skipped_steps - skipped_before
+        if skipped and self._n_updates == updates_before:
+            raise TrainingError(f"no update was applied: all {skipped} optimizer steps of this learn() call had a "
+                                "non-finite loss or gradient norm (the weights are unchanged). Lower the learning "
+                                "rate or check the model's dtype (float16 overflows); the env's rewards were finite "
+                                "(a non-finite reward stops its episode with an env error)")
+        return self
 
     # ---------------------------------------------------------- rollouts
     def collect_rollouts(
@@ -343,6 +362,9 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         ``n_rollout_steps`` is unused: a rollout ends when every env of the vec env is done.
         """
         assert isinstance(env, GroupedTextVecEnv)
+        if self._dump_pending:  # the untrained policy's evaluation (iteration 0): its own row
+            self.logger.dump(step=self.num_timesteps)
+            self._dump_pending = False
         self.policy.set_training_mode(False)
         try:
             if self._last_obs is None:
@@ -379,10 +401,8 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
             rollout_time = time.perf_counter() - meter.started
             t0 = time.perf_counter()
             credit = None
-            if rollout_buffer.num_steps:
+            if rollout_buffer.num_steps:  # none: every env failed at reset (stopped below, once all ranks know)
                 credit = rollout_buffer.compute_credit(self.credit_method, self.credit_config)
-            else:
-                logger.warning("the rollout has no steps (every env failed at reset): the update is skipped")
             credit_time = time.perf_counter() - t0
         finally:
             self._last_obs = None
@@ -390,6 +410,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         local_steps = self.num_timesteps - timesteps_before
         self.num_timesteps = timesteps_before + int(distributed.all_reduce_sum([local_steps], self.world)[0])
         stats = distributed.reduce_rollout_stats(rollout_buffer.stats(), self.world)
+        self._check_rollout_lost(stats, rollout_buffer, env)
         batch, credit = distributed.global_credit(self.credit_method, self.credit_config, rollout_buffer.batch,
                                                   credit, env.n_tasks, self.world)
         self._rollout_log = meter.log(stats, rollout_time, credit_time)
@@ -401,6 +422,25 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _check_rollout_lost(self, stats: dict[str, float], buffer: TextRolloutBuffer, env: GroupedTextVecEnv) -> None:
+        """Stop with :class:`TrainingError` when no env can be played: every env failed at reset
+        (all ranks), or :data:`MAX_LOST_ROLLOUTS` rollouts in a row lost every episode to env errors."""
+        lost = stats["episodes"] > 0 and stats["env_errors"] >= stats["episodes"]
+        self._lost_rollouts = self._lost_rollouts + 1 if lost else 0
+        if stats["steps"] and self._lost_rollouts < MAX_LOST_ROLLOUTS:
+            return
+        errors = [t.env_error for t in buffer.trajectories if t.env_error is not None]
+        example = f": {errors[0]}" if errors else ""
+        where = f"; tracebacks in {env.errors.path}" if env.errors.path is not None else ""
+        what = ("every env failed at reset" if not stats["steps"]
+                else f"{self._lost_rollouts} rollouts in a row lost every episode to env errors")
+        raise TrainingError(f"{what}{example}{where}. The env is broken: fix it and rerun")
+
+    def log_row_pending(self) -> None:
+        """Values were recorded outside an iteration (the evaluation before training): write them as
+        their own log row before the next rollout records anything."""
+        self._dump_pending = True
 
     def _record_episode(self, buffer: TextRolloutBuffer, env_index: int) -> None:
         traj = buffer.trajectories[env_index]

@@ -120,14 +120,17 @@ class EvalCallback(_IterationCallback):
     :param temperature: with ``deterministic=False``, the sampling temperature (paper: 0.4).
     :param seed: seed of the sampled actions of every evaluation (the same episodes' randomness
         at every point of the curve; None: the policy's running generators).
-    :param log_name: prefix of the logged keys (``eval`` -> ``eval/success_rate``).
+    :param log_name: prefix of the logged keys (``eval`` -> ``eval/success_rate``; ``milegpo train``
+        logs each split under its name, ``eval/eval_id/success_rate``).
+    :param curve_file: the jsonl file of the learning curve in the logger folder (default
+        ``<log_name>.jsonl``); None: none (``milegpo train`` writes the first split's to ``eval.jsonl``).
     """
 
     logs_to_row = True
 
     def __init__(self, eval_env: GroupedTextVecEnv, eval_freq: int = 1, n_eval_tasks: int = 16,
                  deterministic: bool = True, temperature: float | None = None, seed: int | None = None,
-                 log_name: str = "eval", verbose: int = 0):
+                 log_name: str = "eval", curve_file: str | None = "", verbose: int = 0):
         super().__init__(eval_freq, verbose)
         self.eval_env = eval_env
         self.n_eval_tasks = int(n_eval_tasks)
@@ -135,6 +138,7 @@ class EvalCallback(_IterationCallback):
         self.temperature = temperature
         self.seed = seed
         self.log_name = log_name
+        self.curve_file = f"{log_name}.jsonl" if curve_file == "" else curve_file
         self.results: list[dict[str, Any]] = []
 
     def _on_training_start(self) -> None:
@@ -143,7 +147,7 @@ class EvalCallback(_IterationCallback):
             self._on_iteration()
             self.logger.record("time/iterations", 0, exclude="tensorboard")
             self.logger.record("time/total_timesteps", self.model.num_timesteps, exclude="tensorboard")
-            self.logger.dump(step=self.model.num_timesteps)
+            self.model.log_row_pending()  # one row 0 for every evaluation callback, written before the rollout
 
     def _on_iteration(self) -> None:
         result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,
@@ -154,8 +158,8 @@ class EvalCallback(_IterationCallback):
         for key in ("success_rate", "mean_return", "mean_length", "mean_score"):
             self.logger.record(f"{self.log_name}/{key}", result[key])
         folder = self.logger.get_dir()
-        if folder and any(getattr(f, "own_file", True) for f in self.logger.output_formats):
-            with open(os.path.join(folder, f"{self.log_name}.jsonl"), "a") as f:
+        if self.curve_file and folder and any(getattr(f, "own_file", True) for f in self.logger.output_formats):
+            with open(os.path.join(folder, self.curve_file), "a") as f:
                 f.write(json.dumps({**row, "per_task": result["per_task"]}, default=to_builtin) + "\n")
         if self.verbose >= 1:
             print(f"[{self.log_name}] {self.model.num_timesteps} steps: success {result['success_rate']:.3f}")

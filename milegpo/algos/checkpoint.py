@@ -23,6 +23,7 @@ and SHA-256 of every other file (``files``): a file truncated or changed later
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -91,7 +92,7 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
     try:
         tmp.mkdir()
         policy.save_adapter(str(tmp / ADAPTER_DIR))
-        th.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        _save_tensors(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         config = {**config, "files": _manifest(tmp)}
         with open(tmp / CONFIG_FILE, "w") as f:
             json.dump(config, f, indent=2, default=to_builtin)
@@ -106,6 +107,25 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _save_tensors(state: dict[str, Any], file: Path) -> None:
+    """``torch.save``, with a full disk reported as the ``OSError`` it is: torch's zip writer says only
+    "unexpected pos ..." when a write comes up short."""
+    try:
+        th.save(state, file)
+    except RuntimeError as exc:
+        if disk_full(file.parent):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file)) from exc
+        raise
+
+
+def disk_full(folder: str | os.PathLike, margin: int = 1 << 20) -> bool:
+    """Whether the file system of ``folder`` has less than ``margin`` bytes left for this user."""
+    try:
+        return shutil.disk_usage(folder).free < margin
+    except OSError:
+        return False
 
 
 def remove_stale_saves(directory: str | os.PathLike) -> list[str]:

@@ -111,10 +111,15 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
     :param seed: seed of the sampled actions (None: the policy's running generators, so
         the result depends on what was sampled before).
     :param progress: show a progress bar over the tasks.
-    :return: ``success_rate``, ``mean_return``, ``mean_length``, ``mean_score``,
-        ``invalid_action_rate``, ``env_errors``, ``n_episodes`` (episodes played) and
-        ``per_task``: one dict per task seed (``task_seed``, ``success``, ``return``,
-        ``length``, ``score``, means over the task's copies).
+    :return: an :class:`EvaluationResult` (a dict): ``success_rate``, ``mean_return``,
+        ``mean_length``, ``mean_score``, ``invalid_action_rate``, ``env_errors``, ``n_episodes``
+        (episodes played), ``sampling`` (``"greedy"`` or ``"sampled at T=..."``) and ``per_task``:
+        one dict per task seed (``task_seed``, ``success``, ``return``, ``length``, ``score``,
+        means over the task's copies).
+
+    Greedy by default, as SB3's ``evaluate_policy``; ``milegpo train`` and ``milegpo eval``
+    sample at the run's ``eval_temperature`` instead (the paper's protocol, 0.4 there), with a
+    fixed seed per split: pass ``deterministic=False, temperature=..., seed=...`` for their numbers.
     """
     if (n_episodes is None) == (task_seeds is None):
         raise ValueError("give exactly one of n_episodes (seeds 0..n-1) or task_seeds")
@@ -130,7 +135,9 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
                          "length": float(np.mean([e["length"] for e in eps])),
                          "score": float(np.mean([e["score"] for e in eps]))})
     steps = sum(e["length"] for e in episodes)
-    return {
+    policy_temperature = getattr(_policy_of(model), "temperature", None)
+    sampled_at = temperature if temperature is not None else policy_temperature
+    return EvaluationResult({
         "success_rate": float(np.mean([e["won"] for e in episodes])),
         "mean_return": float(np.mean([e["return"] for e in episodes])),
         "mean_length": float(np.mean([e["length"] for e in episodes])),
@@ -138,8 +145,20 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
         "invalid_action_rate": sum(e["invalid_actions"] for e in episodes) / max(steps, 1),
         "env_errors": sum(e["env_error"] is not None for e in episodes),
         "n_episodes": len(episodes),
+        "sampling": "greedy" if deterministic else ("sampled" if sampled_at is None else f"sampled at T={sampled_at:g}"),
         "per_task": per_task,
-    }
+    })
+
+
+class EvaluationResult(dict):
+    """What :func:`evaluate` returns: a plain dict, printed as one line (``per_task`` summarised)."""
+
+    def __repr__(self) -> str:
+        return (f"EvaluationResult(success_rate={self['success_rate']:.3f}, mean_return={self['mean_return']:.3f}, "
+                f"mean_length={self['mean_length']:.1f}, n_episodes={self['n_episodes']}, {self['sampling']}, "
+                f"per_task=[{len(self['per_task'])} tasks])")
+
+    __str__ = __repr__
 
 
 def evaluate_policy(model: Any, env: GroupedTextVecEnv, n_eval_episodes: int = 10, deterministic: bool = True,

@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from milegpo.envs.core import TextEnv, TextSpace, normalize_text
+from milegpo.envs.core import EnvContractError, TextEnv, TextSpace, normalize_text
 from milegpo.envs.registration import UnknownEnvError, check_env_id, make_env, register_env, registered_env_ids
 from milegpo.envs.vocabulary import env_vocabulary
 
 _LAZY = {"GroupedTextVecEnv": "milegpo.envs.vec_env", "make_vec_env": "milegpo.envs.vec_env"}
 
 __all__ = [
+    "EnvContractError",
     "TextEnv",
     "TextSpace",
     "normalize_text",

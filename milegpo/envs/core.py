@@ -34,6 +34,8 @@ towards the horizon (``max_episode_steps`` -> ``truncated``).
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import string
 from typing import Any
@@ -67,6 +69,12 @@ class TextSpace(spaces.Text):
 def normalize_text(text: str) -> str:
     """Lower-case, strip and collapse whitespace: the default state key."""
     return _WHITESPACE.sub(" ", text.strip().lower())
+
+
+class EnvContractError(TypeError):
+    """An env returned something the :class:`TextEnv` contract does not allow (a non-``str``
+    observation, a non-finite reward, an info that is not a dict); the message names the env,
+    the method and the value."""
 
 
 class TextEnv(gym.Env[str, str]):
@@ -135,6 +143,7 @@ class TextEnv(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         observation, info = self._reset(seed, options)
+        self._check_returned("_reset", observation, info)
         self._observation = observation
         self._task = str(info.get("task", self._task))
         self._won = False
@@ -149,6 +158,7 @@ class TextEnv(gym.Env[str, str]):
         self._elapsed_steps += 1
         if self.is_valid_action(action):
             observation, reward, terminated, info = self._step(action.strip())
+            self._check_returned("_step", observation, info, reward)
             self._observation = observation
             self._won = bool(info.get("won", False))
             valid = True
@@ -167,6 +177,21 @@ class TextEnv(gym.Env[str, str]):
         return text
 
     # ------------------------------------------------------------ helpers
+    def _check_returned(self, method: str, observation: object, info: object, reward: object = 0.0) -> None:
+        """Stop a contract violation where it enters, naming the env, the method and the value:
+        a non-str observation would become a wrong state key, a NaN reward a NaN loss."""
+        name = self.spec.id if self.spec is not None else type(self).__name__
+        if not isinstance(observation, str):
+            raise EnvContractError(f"{name}: {type(self).__name__}.{method}() returned the observation "
+                                   f"{observation!r} of type {type(observation).__name__}; a TextEnv observation "
+                                   "must be a str")
+        if not isinstance(info, dict):
+            raise EnvContractError(f"{name}: {type(self).__name__}.{method}() returned the info {info!r} of type "
+                                   f"{type(info).__name__}; it must be a dict")
+        if not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+            raise EnvContractError(f"{name}: {type(self).__name__}.{method}() returned the reward {reward!r}; "
+                                   "a reward must be a finite number")
+
     def _complete_info(self, info: dict[str, Any], valid_action: bool) -> dict[str, Any]:
         info = dict(info)
         info.setdefault("score", 1.0 if self._won else 0.0)

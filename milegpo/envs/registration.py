@@ -2,13 +2,26 @@
 
 Every env id of the library lives in :data:`BUILTIN_ENVS`; entry points are
 strings, so optional engines (alfworld, textworld-express, ...) are imported only
-when their env is made. Register your own env with :func:`register_env`.
+when their env is made. Register your own env with :func:`register_env`; outside the
+registering process it is found in two ways:
+
+* ``"my_package.envs:myorg/Maze-v0"`` (gymnasium's convention): the module before the
+  colon is imported first, and registers the id after it when imported;
+* a package's entry point in the group :data:`ENTRY_POINT_GROUP` (``milegpo.envs``),
+  e.g. in its ``pyproject.toml``::
+
+      [project.entry-points."milegpo.envs"]
+      maze = "my_package.envs:register"     # a function that calls register_env, or a module
+
+  Every entry point of the group is loaded the first time an id is not found.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +42,12 @@ BUILTIN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
         for game in TWX_GAMES
     },
 }
+
+
+#: the entry-point group through which installed packages register their envs
+ENTRY_POINT_GROUP = "milegpo.envs"
+
+_entry_points_loaded = False
 
 
 class UnknownEnvError(KeyError):
@@ -63,12 +82,47 @@ def registered_env_ids() -> list[str]:
     return sorted(ids)
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise :class:`UnknownEnvError` (listing the registered ids) if ``env_id`` is not registered."""
+def resolve_env_id(env_id: str) -> str:
+    """The registered id ``env_id`` names, importing what registers it: the module of a
+    ``"module:Id"`` id, else (for an id not registered yet) the :data:`ENTRY_POINT_GROUP`
+    entry points. Raises :class:`UnknownEnvError` listing the registered ids."""
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UnknownEnvError(f"cannot import {module!r}, the module of env id {module}:{env_id} "
+                                  f"({type(exc).__name__}: {exc})") from None
+    if env_id not in gym.registry:
+        _load_entry_points()
     if env_id not in gym.registry:
         known = "\n  ".join(registered_env_ids())
         raise UnknownEnvError(f"Unknown env id {env_id!r}. Registered text envs:\n  {known}\n"
-                              "Register your own with milegpo.envs.register_env(id, MyTextEnv).")
+                              "Register your own with milegpo.envs.register_env(id, MyTextEnv), and name it as "
+                              f"'your_module:{env_id}' or through a {ENTRY_POINT_GROUP!r} entry point so that "
+                              "`milegpo train --env` finds it.")
+    return env_id
+
+
+def _load_entry_points() -> None:
+    """Load every ``milegpo.envs`` entry point once (a callable is called, a module imported)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = point.load()
+        except Exception as exc:
+            raise UnknownEnvError(f"the {ENTRY_POINT_GROUP!r} entry point {point.name} = {point.value} failed to "
+                                  f"load: {type(exc).__name__}: {exc}") from None
+        if callable(loaded):
+            loaded()
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise :class:`UnknownEnvError` (listing the registered ids) if ``env_id`` names no registered env."""
+    resolve_env_id(env_id)
 
 
 def make_env(env_id: str, **kwargs: Any) -> TextEnv:
@@ -77,7 +131,7 @@ def make_env(env_id: str, **kwargs: Any) -> TextEnv:
     Returns the unwrapped :class:`TextEnv` (no Gymnasium wrappers: the horizon
     is the env's own ``max_episode_steps``, which ``kwargs`` may set).
     """
-    check_env_id(env_id)
+    env_id = resolve_env_id(env_id)
     # Built from the spec, not gym.make: gym.make would take ``max_episode_steps``
     # for its own TimeLimit wrapper instead of passing it to the env.
     spec = gym.spec(env_id)
@@ -99,7 +153,7 @@ class RegisteredEnvFactory:
     """
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
-        check_env_id(env_id)
+        env_id = resolve_env_id(env_id)
         spec = gym.spec(env_id)
         self.env_id = env_id
         self.entry_point = spec.entry_point

@@ -70,9 +70,10 @@ MAX_SEED = 2**31 - 1
 class EnvErrorLog:
     """Env errors of a vec env: counted by message, each distinct one logged as one line.
 
-    A warning is logged at the 1st, 10th, 100th ... occurrence of an error message,
-    so a broken env does not flood the console; when :attr:`path` is set, every
-    occurrence's full traceback is appended to that file.
+    A warning is logged, and when :attr:`path` is set the occurrence's full traceback is
+    appended to that file, at the 1st, 10th, 100th ... occurrence of an error message: a
+    broken env neither floods the console nor grows the file without bound (a million
+    failures of one kind write 7 tracebacks). :attr:`counts` has every occurrence.
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
@@ -82,15 +83,16 @@ class EnvErrorLog:
     def report(self, env_index: int, message: str, details: str) -> None:
         self.counts[message] += 1
         count = self.counts[message]
+        if not (count == 1 or str(count).strip("0") == "1"):  # 1, 10, 100, ...
+            return
         if self.path is not None:
             with open(self.path, "a") as f:
-                f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} env {env_index} (occurrence {count}): {message}\n"
-                        f"{details.rstrip()}\n")
-        if count == 1 or str(count).strip("0") == "1":  # 1, 10, 100, ...
-            where = f"; tracebacks in {self.path}" if self.path is not None else ""
-            repeat = "" if count == 1 else f" (seen {count} times)"
-            logger.warning("env %d failed: %s%s. Its episode is truncated and the env rebuilt at the next "
-                           "reset; training goes on%s", env_index, message, repeat, where)
+                f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} env {env_index} (occurrence {count}; "
+                        f"only the 1st, 10th, 100th, ... are written): {message}\n{details.rstrip()}\n")
+        where = f"; tracebacks in {self.path}" if self.path is not None else ""
+        repeat = "" if count == 1 else f" (seen {count} times)"
+        logger.warning("env %d failed: %s%s. Its episode is truncated and the env rebuilt at the next "
+                       "reset; training goes on%s", env_index, message, repeat, where)
 
     @property
     def total(self) -> int:

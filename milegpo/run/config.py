@@ -8,6 +8,7 @@ it, :meth:`TrainConfig.validate` checks every field (no I/O, no torch) and
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,8 @@ class TrainConfig:
     :param rollout_backend: generate mode: who samples the replies, ``"hf"`` (the trainer's model)
         or ``"vllm"`` (a colocated engine).
     :param vllm_kwargs: more ``vllm.LLM`` arguments (e.g. ``{"gpu_memory_utilization": 0.4}``).
-    :param subprocess: run the envs in worker processes (slow engines: ALFWorld, WebShop).
+    :param subprocess: run the envs in worker processes (slow engines: ALFWorld, WebShop); the only
+        mode with hang and crash protection (a worker silent for 120 s, or dead, is restarted).
 
     > The update
 
@@ -250,4 +252,5 @@ class TrainConfig:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (not a bool): ``nan <= 0`` is False, so NaN must be refused here."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -39,18 +39,35 @@ def export_run(run_dir: str | Path, out: str | Path, merged: bool = False, overw
             merged_model.save_pretrained(str(tmp), safe_serialization=True)
         else:
             policy.save_adapter(tmp)
+            _absolute_base_path(tmp / "adapter_config.json")
             _check_adapter_config(tmp / "adapter_config.json", policy.model.peft_config["default"])
         policy.tokenizer.save_pretrained(str(tmp))
         (tmp / "milegpo_export.json").write_text(json.dumps(
             {"run_dir": str(Path(run_dir).resolve()), "algo": config.algo, "env": config.env,
              "num_timesteps": int(model.num_timesteps), "merged": merged,
-             "base_model": str(policy.model_name)}, indent=2) + "\n")
+             "base_model": _resolved(str(policy.model_name))}, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _resolved(name: str) -> str:
+    """A local path made absolute; a hub id unchanged."""
+    return str(Path(name).expanduser().resolve()) if Path(name).expanduser().exists() else name
+
+
+def _absolute_base_path(path: Path) -> None:
+    """An adapter names its base model by the path the run used (``runs/x/base_model``, relative to
+    where training ran): make a local path absolute so the export loads from any directory
+    (a hub id, which is no local path, stays as it is)."""
+    saved = json.loads(path.read_text())
+    base = saved.get("base_model_name_or_path")
+    if base and _resolved(base) != base:
+        saved["base_model_name_or_path"] = _resolved(base)
+        path.write_text(json.dumps(saved, indent=2) + "\n")
 
 
 def _check_adapter_config(path: Path, lora: Any) -> None:

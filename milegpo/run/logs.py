@@ -6,10 +6,10 @@ logger), and one JSON line per iteration to ``credit_diagnostics.jsonl`` and
 which holds iteration ``N``; everything logged after ``N`` was lost with the
 weights and will be logged again. So before a resumed run writes anything,
 :func:`rollback_logs` cuts every log back to iterations ``<= N`` (a half-written
-last line included), and :func:`configure_run_logger` appends to
-``progress.csv`` instead of truncating it and hides TensorBoard events after
-the checkpoint's step (``SummaryWriter(purge_step=...)``). After any number of
-kill/resume cycles each iteration is logged exactly once, in order.
+last line included) and drops the TensorBoard events logged after the checkpoint's env
+step from the event files, and :func:`configure_run_logger` appends to ``progress.csv``
+instead of truncating it. After any number of kill/resume cycles each iteration is logged
+exactly once, in order, in every file.
 """
 
 from __future__ import annotations
@@ -17,23 +17,19 @@ from __future__ import annotations
 import csv
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from stable_baselines3.common.logger import (
-    CSVOutputFormat,
-    HumanOutputFormat,
-    KVWriter,
-    Logger,
-    TensorBoardOutputFormat,
-)
+from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 
 from milegpo.credit.batch import load_step_batch
+from milegpo.algos.console import console_format
 from milegpo.run_folder import JSONL_LOGS, LAST_BATCH_FILE, PROGRESS_FILE
 
 #: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
 ITERATION_KEY = "time/iterations"
+#: SB3's TensorBoard writer puts its event files in the run folder under this pattern
+TENSORBOARD_EVENTS = "events.out.tfevents.*"
 
 
 class AppendingCSVOutputFormat(CSVOutputFormat):
@@ -49,23 +45,12 @@ class AppendingCSVOutputFormat(CSVOutputFormat):
         self.quotechar = '"'
 
 
-class PurgingTensorBoardOutputFormat(TensorBoardOutputFormat):
-    """SB3's TensorBoard writer; events at steps ``>= purge_step`` of earlier sessions are hidden."""
+def configure_run_logger(run_dir: str | os.PathLike, verbose: int = 1, report_to: Sequence[str] = ("tensorboard",),
+                         config: Mapping[str, Any] | None = None) -> Logger:
+    """SB3 logger of a run folder: the console (``verbose`` 1: a line per iteration, 2: SB3's full
+    table, 0: nothing), ``progress.csv`` (appended, always) and the trackers of ``report_to``
+    (TensorBoard in the run folder, W&B, MLflow: :mod:`milegpo.run.tracking`).
 
-    def __init__(self, folder: str | os.PathLike, purge_step: int | None):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(log_dir=str(folder), purge_step=purge_step)
-        self._is_closed = False
-
-
-def configure_run_logger(run_dir: str | os.PathLike, stdout: bool = True, purge_step: int | None = None,
-                         report_to: Sequence[str] = ("tensorboard",), config: Mapping[str, Any] | None = None) -> Logger:
-    """SB3 logger of a run folder: stdout (optional), ``progress.csv`` (appended, always) and the
-    trackers of ``report_to`` (TensorBoard in the run folder, W&B, MLflow: :mod:`milegpo.run.tracking`).
-
-    :param purge_step: on resume, the first env step after the checkpoint: TensorBoard
-        events of the killed session from that step on are hidden.
     :param config: the run's config, logged as the tracker run's config / params.
     """
     from milegpo.run.tracking import parse_report_to, tracker_formats
@@ -75,18 +60,21 @@ def configure_run_logger(run_dir: str | os.PathLike, stdout: bool = True, purge_
     os.makedirs(folder, exist_ok=True)
     formats: list[KVWriter] = [AppendingCSVOutputFormat(os.path.join(folder, PROGRESS_FILE))]
     if "tensorboard" in report_to:
-        formats.append(PurgingTensorBoardOutputFormat(folder, purge_step))
+        formats.append(TensorBoardOutputFormat(folder))
     formats += tracker_formats(report_to, folder, config or {})
-    if stdout:
-        formats.insert(0, HumanOutputFormat(sys.stdout))
+    console = console_format(verbose)
+    if console is not None:
+        formats.insert(0, console)
     return Logger(folder=folder, output_formats=formats)
 
 
-def rollback_logs(run_dir: str | os.PathLike, iteration: int) -> dict[str, int]:
-    """Drop every log row of an iteration after ``iteration`` (and any partial line).
+def rollback_logs(run_dir: str | os.PathLike, iteration: int, last_step: int = -1) -> dict[str, int]:
+    """Drop every log row of an iteration after ``iteration`` (and any partial line), and every
+    TensorBoard event of an env step after ``last_step`` (the checkpoint's ``num_timesteps``; -1
+    when starting over).
 
     Each file is rewritten atomically (temporary file + rename). Returns the
-    number of rows dropped per file.
+    number of rows (events) dropped per file.
     """
     run_dir = Path(run_dir)
     dropped = {}
@@ -97,6 +85,8 @@ def rollback_logs(run_dir: str | os.PathLike, iteration: int) -> dict[str, int]:
         path = run_dir / name
         if path.exists():
             dropped[name] = _rollback_jsonl(path, iteration)
+    for path in sorted(run_dir.glob(TENSORBOARD_EVENTS)):
+        dropped[path.name] = _rollback_events(path, last_step)
     last_batch = run_dir / LAST_BATCH_FILE
     if last_batch.exists() and _batch_iteration(last_batch) > iteration:
         last_batch.unlink()
@@ -147,6 +137,25 @@ def _rollback_jsonl(path: Path, iteration: int) -> int:
             dropped += 1
     _write_atomic(path, "".join(kept))
     return dropped
+
+
+def _rollback_events(path: Path, last_step: int) -> int:
+    """Rewrite a TensorBoard event file without the summaries of steps after ``last_step``
+    (a record cut short by a kill ends the file: it is dropped too)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    events = list(EventFileLoader(str(path)).Load())
+    kept = [event for event in events if event.WhichOneof("what") != "summary" or event.step <= last_step]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        writer = RecordWriter(f)
+        for event in kept:
+            writer.write(event.SerializeToString())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return len(events) - len(kept)
 
 
 def _as_int(value: str | None) -> int | None:

@@ -62,7 +62,7 @@ def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: st
     """Success rate of the train rollouts and of the held-out evaluation against env steps.
 
     The held-out points come from ``eval.jsonl`` beside ``progress.csv`` when it exists
-    (exact step counts, the untrained policy at 0), else from the csv's ``eval/*`` column;
+    (exact step counts, the untrained policy at 0), else from the csv's ``eval/<split>/*`` column;
     ``eval_split`` names their split in the legend (drawn below the axes, hiding no point).
     """
     data = read_progress(progress_csv)
@@ -74,7 +74,8 @@ def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: st
         rows = [json.loads(line) for line in eval_file.read_text().splitlines() if line.strip()]
         held_out = [(row["num_timesteps"], row["success_rate"]) for row in rows]
     else:
-        held_out = [(s, v) for s, v in zip(steps, data.get("eval/success_rate", [])) if not math.isnan(v)]
+        column = data.get(f"eval/{eval_split}/success_rate", data.get("eval/success_rate", []))
+        held_out = [(s, v) for s, v in zip(steps, column) if not math.isnan(v)]
     eval_label = f"held-out eval ({eval_split})" if eval_split else "held-out eval"
     for points, label, marker in ((train, "train rollouts", None), (held_out, eval_label, "o")):
         if points:

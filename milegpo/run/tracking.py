@@ -9,8 +9,9 @@ the plots artifacts.
 
 Where the data goes is the trackers' own business, set as usual by environment variables:
 ``WANDB_PROJECT`` (default ``milegpo``), ``WANDB_MODE=offline``, ``WANDB_DIR`` (default: the
-run folder); ``MLFLOW_TRACKING_URI`` (default: MLflow's), ``MLFLOW_EXPERIMENT_NAME``
-(default ``milegpo``). A resumed run continues the same tracker run (the ids are kept in
+run folder); ``MLFLOW_TRACKING_URI`` (default: MLflow's, ``sqlite:///mlflow.db`` in the working
+directory, which the ``tracking`` extra's SQLAlchemy serves; the store is checked before the run
+starts), ``MLFLOW_EXPERIMENT_NAME`` (default ``milegpo``). A resumed run continues the same tracker run (the ids are kept in
 ``trackers.json`` of the run folder). Rows the killed session logged after its last
 checkpoint stay in the tracker: W&B ignores the re-logged rows of steps it has seen,
 MLflow keeps both; ``progress.csv`` holds each iteration exactly once.
@@ -87,10 +88,28 @@ def _require(module: str, extra: str) -> Any:
 
 
 def check_available(report_to: list[str]) -> None:
-    """Raise ``ImportError`` with the install line when a tracker's package is missing (before a run starts)."""
+    """Before a run starts: ``ImportError`` with the install line when a tracker's package is
+    missing, ``ValueError`` when MLflow's tracking store does not answer (one line, what to set)."""
     for name, module in (("wandb", "wandb"), ("mlflow", "mlflow")):
         if name in report_to:
             _require(module, name)
+    if "mlflow" in report_to:
+        _check_mlflow_store()
+
+
+def _check_mlflow_store() -> None:
+    """Open MLflow's tracking store once (``MLFLOW_TRACKING_URI``, else MLflow's default ``sqlite:///mlflow.db``
+    in the working directory, which needs SQLAlchemy: the ``tracking`` extra installs it)."""
+    import mlflow
+
+    uri = mlflow.get_tracking_uri()
+    try:
+        mlflow.tracking.MlflowClient().search_experiments(max_results=1)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"--report-to mlflow: the MLflow tracking store {uri!r} does not work ({first}). Set "
+                         "MLFLOW_TRACKING_URI to a store that does (e.g. sqlite:///mlflow.db with SQLAlchemy "
+                         "installed: pip install 'milegpo[tracking]', or http://host:5000)") from None
 
 
 class WandbOutputFormat(KVWriter):
@@ -162,10 +181,15 @@ class MLflowOutputFormat(KVWriter):
 def tracker_formats(report_to: list[str], run_dir: str | os.PathLike, config: Mapping[str, Any]) -> list[KVWriter]:
     """The W&B / MLflow writers ``report_to`` asks for (TensorBoard is the run logger's own)."""
     writers: list[KVWriter] = []
-    if "wandb" in report_to:
-        writers.append(WandbOutputFormat(run_dir, config))
-    if "mlflow" in report_to:
-        writers.append(MLflowOutputFormat(run_dir, config))
+    try:
+        if "wandb" in report_to:
+            writers.append(WandbOutputFormat(run_dir, config))
+        if "mlflow" in report_to:
+            writers.append(MLflowOutputFormat(run_dir, config))
+    except BaseException:  # one tracker failed to start: close the ones already open (no dangling W&B run)
+        for writer in writers:
+            writer.close()
+        raise
     return writers
 
 

@@ -37,10 +37,13 @@ from milegpo.run_folder import (  # noqa: F401
     CONFIG_FILE,
     CREDIT_DIAGNOSTICS_PNG,
     ENV_ERRORS_FILE,
+    EVAL_CURVE_FILE,
     EVAL_FINAL_FILE,
     FINAL_DIR,
+    LAST_BATCH_FILE,
     LEARNING_CURVE_PNG,
     PROGRESS_FILE,
+    TRAJECTORY_CREDIT_PNG,
     WARM_START_FILE,
 )
 
@@ -68,6 +71,9 @@ def check_setup(config: TrainConfig) -> None:
     """
     config.validate()
     _check_env(config)
+    from milegpo.policies.model import check_torchvision
+
+    check_torchvision()
     _check_model(config.model)
     _check_device(config.device)
     if config.rollout_backend == "vllm":
@@ -84,7 +90,7 @@ def _check_env(config: TrainConfig) -> None:
     for split in dict.fromkeys([config.train_split, *config.eval_splits]):
         kwargs = config.env_kwargs_for(split)
         try:
-            make_env(config.env, **kwargs).close()
+            env = make_env(config.env, **kwargs)
         except UnknownEnvError:
             raise
         except ImportError as exc:
@@ -96,6 +102,23 @@ def _check_env(config: TrainConfig) -> None:
                                  "\"eval_splits\": [])") from None
             raise ValueError(f"cannot make {config.env} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
                              "Check --env-kwargs (the env's constructor arguments)") from None
+        try:
+            _check_first_state(env, config, split)
+        finally:
+            env.close()
+
+
+def _check_first_state(env: Any, config: TrainConfig, split: str | None) -> None:
+    """One reset of the env (task seed 0): it must start, and in choose mode list its commands."""
+    where = f"{config.env}" + (f" (split {split!r})" if split is not None else "")
+    try:
+        _, info = env.reset(seed=0)
+    except Exception as exc:
+        raise ValueError(f"{where} failed at its first reset: {type(exc).__name__}: {exc}") from None
+    if config.mode == "choose" and not info.get("admissible_commands"):
+        raise ValueError(f"{where} lists no admissible commands (info['admissible_commands'] is "
+                         f"{info.get('admissible_commands')!r}): mode 'choose' scores them; use --mode generate for "
+                         "a free-text env")
 
 
 def _check_model(model: str | None) -> None:
@@ -230,25 +253,26 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     resumed = checkpoint is not None
 
     callbacks: list[Any] = []
-    curve_env = None
+    eval_envs: list[Any] = []
     if main:
         from milegpo.algos import CheckpointCallback, EvalCallback
         from milegpo.run.logs import configure_run_logger, rollback_logs
 
         if resume:  # cut the logs back to the checkpoint (everything, when starting over)
             iteration = model.iterations if resumed else -1
-            dropped = rollback_logs(run_dir, iteration)
+            dropped = rollback_logs(run_dir, iteration, model.num_timesteps if resumed else -1)
             if verbose and any(dropped.values()):
                 print(f"Logs cut back to iteration {iteration}: dropped " +
                       ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items() if n))
-        purge_step = (model.num_timesteps + 1 if resumed else 0) if resume else None
-        model.set_logger(configure_run_logger(run_dir, stdout=bool(verbose), purge_step=purge_step,
-                                              report_to=config.report_to, config=dataclasses.asdict(config)))
+        model.set_logger(configure_run_logger(run_dir, verbose=verbose, report_to=config.report_to,
+                                              config=dataclasses.asdict(config)))
         callbacks.append(CheckpointCallback(config.checkpoint_freq, run_dir / CHECKPOINTS_DIR))
-        curve_env = _eval_env(config, config.eval_splits[0]) if config.eval_splits else None
-        if curve_env is not None:
-            callbacks.append(EvalCallback(curve_env, eval_freq=config.eval_freq, n_eval_tasks=config.n_eval_tasks,
-                                          seed=eval_seed(config, config.eval_splits[0]), **_eval_sampling(config)))
+        for index, split in enumerate(config.eval_splits):  # every split in the log rows, the first is eval.jsonl
+            eval_envs.append(_eval_env(config, split))
+            callbacks.append(EvalCallback(eval_envs[-1], eval_freq=config.eval_freq, n_eval_tasks=config.n_eval_tasks,
+                                          seed=eval_seed(config, split), log_name=f"eval/{split}",
+                                          curve_file=EVAL_CURVE_FILE if index == 0 else None,
+                                          **_eval_sampling(config)))
     else:
         from stable_baselines3.common.logger import Logger
 
@@ -260,8 +284,8 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
                         progress_bar=progress_bar and main)
     finally:
         env.close()
-        if curve_env is not None:
-            curve_env.close()
+        for eval_env in eval_envs:
+            eval_env.close()
     if main:
         model.save(run_dir / FINAL_DIR)
         _finish(model, config, run_dir, verbose, logger=model.logger)
@@ -361,6 +385,9 @@ def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = Tru
     if not main:
         return True
     if (run_dir / EVAL_FINAL_FILE).exists():
+        missing = [name for name in _expected_plots(run_dir) if not (run_dir / name).exists()]
+        if missing and write_plots_safely(run_dir):
+            print(f"Wrote the missing plot(s) {', '.join(missing)} of {run_dir}")
         print(f"{run_dir} is finished ({counters['num_timesteps']} of {config.total_timesteps} env steps): "
               f"nothing to do. To train further: milegpo train --resume {run_dir} --steps N (N > "
               f"{counters['num_timesteps']})")
@@ -379,7 +406,7 @@ def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, logger
 
     results = evaluate_model(model, config, progress=bool(verbose))
     (run_dir / EVAL_FINAL_FILE).write_text(json.dumps(results, indent=2) + "\n")
-    write_plots(run_dir)
+    write_plots_safely(run_dir)
     if logger is None:
         logger = Logger(folder=None, output_formats=tracker_formats(config.report_to, run_dir, dataclasses.asdict(config)))
     plots = sorted(run_dir.glob("*.png")) + [run_dir / EVAL_FINAL_FILE]
@@ -425,6 +452,24 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
     if checkpoint is None:
         raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet ({FINAL_DIR}/ or {CHECKPOINTS_DIR}/)")
     return config, ALGORITHMS[config.algo].load(checkpoint, device=config.device)
+
+
+def _expected_plots(run_dir: Path) -> list[str]:
+    """The plots :func:`write_plots` makes for this run folder's files."""
+    names = [LEARNING_CURVE_PNG, CREDIT_DIAGNOSTICS_PNG] if (run_dir / PROGRESS_FILE).exists() else []
+    return names + ([TRAJECTORY_CREDIT_PNG] if (run_dir / LAST_BATCH_FILE).exists() else [])
+
+
+def write_plots_safely(run_dir: Path) -> bool:
+    """:func:`write_plots` after training: a plot that fails is a warning, never a failed run
+    (the model and its evaluation are written by then); ``--resume`` of the run writes it later."""
+    try:
+        write_plots(run_dir)
+        return True
+    except Exception as exc:
+        print(f"warning: plotting {run_dir} failed ({type(exc).__name__}: {exc}); the trained run is complete. "
+              f"`milegpo train --resume {run_dir}` writes the missing plots", file=sys.stderr)
+        return False
 
 
 def write_plots(run_dir: Path) -> None:
