@@ -115,3 +115,27 @@ def test_merged_export_loads_in_vllm_and_replies_as_trained(run: Path, trained, 
     assert result.returncode == 0, result.stderr[-3000:]
     replies = json.loads(result.stdout.split("REPLIES", 1)[1])
     assert replies == greedy(trained.model, trained.tokenizer)
+
+
+def test_an_adapter_exported_from_a_relative_run_folder_loads_from_anywhere(tmp_path: Path) -> None:
+    # trained and exported with relative paths (cwd = work); loaded from another directory by the adapter alone
+    from peft import AutoPeftModelForCausalLM
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    (work / "config.json").write_text(json.dumps({**CONFIG, "total_timesteps": 24, "eval_splits": []}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for command in (["train", "--config", "config.json", "--run-dir", "run", "--no-progress-bar"],
+                    ["export", "run", "exported"]):
+        subprocess.run([sys.executable, "-m", "milegpo", *command], check=True, cwd=work, env=env,
+                       stdout=subprocess.DEVNULL, timeout=600)
+    base = json.loads((work / "exported" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str((work / "run" / "base_model").resolve())
+    before = os.getcwd()
+    os.chdir(elsewhere)
+    try:
+        model = AutoPeftModelForCausalLM.from_pretrained(work / "exported")
+    finally:
+        os.chdir(before)
+    assert model.peft_config["default"].r == 16

@@ -71,14 +71,14 @@ def hidden_folders(run_dir: Path) -> list[str]:
 KILL_DURING_SAVE = """
 import os, signal, sys
 import milegpo.algos.checkpoint as checkpoint
-match, nth, seen, save = sys.argv[1], int(sys.argv[2]), [0], checkpoint.th.save
-def killing_save(obj, file, *args, **kwargs):
+match, nth, seen, save = sys.argv[1], int(sys.argv[2]), [0], checkpoint._save_tensors
+def killing_save(state, file):
     if match in str(file):
         seen[0] += 1
         if seen[0] == nth:
             os.kill(os.getpid(), signal.SIGKILL)
-    return save(obj, file, *args, **kwargs)
-checkpoint.th.save = killing_save
+    return save(state, file)
+checkpoint._save_tensors = killing_save
 from milegpo.cli import main
 sys.exit(main(sys.argv[3:]))
 """
@@ -140,6 +140,12 @@ def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path
     events = EventAccumulator(str(run)).Reload()
     steps = [event.step for event in events.Scalars("rollout/success_rate")]
     assert steps == [int(r["time/total_timesteps"]) for r in want if r["rollout/success_rate"]]
+    # and in the event files themselves (three sessions, three files): each step once
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    raw = [event.step for path in sorted(run.glob("events.out.tfevents.*")) for event in EventFileLoader(str(path)).Load()
+           if event.WhichOneof("what") == "summary" and any(v.tag == "rollout/success_rate" for v in event.summary.value)]
+    assert len(list(run.glob("events.out.tfevents.*"))) == 3 and sorted(raw) == steps
 
 
 @pytest.mark.slow
@@ -191,3 +197,15 @@ def test_corrupt_latest_checkpoint_falls_back_to_an_intact_one(reference: Path, 
     assert (run / "checkpoints" / f"corrupt-{newest.name}").exists()
     iterations = [int(r["time/iterations"]) for r in rows(run / "progress.csv")]
     assert iterations == list(range(len(iterations)))
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_writes_its_missing_plots(reference: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    (run / "learning_curve.png").unlink()  # e.g. plotting failed after training (a warning, exit 0)
+    result = subprocess.run(milegpo("train", "--resume", str(run)), capture_output=True, text=True, check=True)
+    assert "Wrote the missing plot(s) learning_curve.png" in result.stdout and "is finished" in result.stdout
+    assert (run / "learning_curve.png").stat().st_size > 0

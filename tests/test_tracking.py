@@ -26,25 +26,25 @@ def test_report_to_is_checked() -> None:
 
 
 @pytest.mark.slow
-def test_wandb_offline_and_mlflow_file_store_get_the_run(tmp_path: Path) -> None:
+def test_wandb_offline_and_mlflow_default_store_get_the_run(tmp_path: Path) -> None:
     mlflow = pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     run = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-           "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}", "MLFLOW_ALLOW_FILE_STORE": "true",
-           "MLFLOW_EXPERIMENT_NAME": "milegpo-test"}
+    # MLflow with no URI set: its default store (sqlite:///mlflow.db in the working directory), as a user gets it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update({"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                "MLFLOW_EXPERIMENT_NAME": "milegpo-test"})
     subprocess.run([sys.executable, "-m", "milegpo", "train", "--config", str(tmp_path / "config.json"),
                     "--run-dir", str(run), "--report-to", "tensorboard,wandb,mlflow", "--no-progress-bar"],
-                   check=True, stdout=subprocess.DEVNULL, env=env, timeout=600)
+                   check=True, stdout=subprocess.DEVNULL, env=env, timeout=600, cwd=tmp_path)
     with open(run / "progress.csv") as f:
         rows = list(csv.DictReader(f))
     ids = json.loads((run / "trackers.json").read_text())
     final = json.loads((run / "eval_final.json").read_text())
 
     # MLflow: the config as params, every row's metrics at its env step, the final results and the plots
-    os.environ.update({k: env[k] for k in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE")})
-    client = mlflow.tracking.MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     record = client.get_run(ids["mlflow"])
     assert record.data.params["algo"] == "milegpo" and record.data.params["report_to"] == '["tensorboard", "wandb", "mlflow"]'
     history = client.get_metric_history(ids["mlflow"], "rollout/success_rate")
@@ -63,3 +63,17 @@ def test_wandb_offline_and_mlflow_file_store_get_the_run(tmp_path: Path) -> None
     for needle in (b"rollout/success_rate", b"credit/num_milestones_kept", b"eval/eval_id/success_rate", b"eval/eval_ood/success_rate",
                    b"final/eval_id/success_rate", b"learning_curve", b"milegpo/House-v0"):
         assert needle in data, needle
+
+
+def test_a_tracking_store_that_does_not_work_stops_the_run_before_it_starts(tmp_path: Path) -> None:
+    # mlflow's file store refuses to open unless MLFLOW_ALLOW_FILE_STORE is set: one line, no folder, no W&B run
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update({"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}"})
+    result = subprocess.run([sys.executable, "-m", "milegpo", "train", "--run-dir", str(tmp_path / "run"),
+                             "--report-to", "wandb,mlflow", "--no-progress-bar"], capture_output=True, text=True,
+                            env=env, timeout=300, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: --report-to mlflow: the MLflow tracking store")
+    assert "Traceback" not in result.stderr and not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()

@@ -344,9 +344,9 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         skipped = self._skipped_steps - skipped_before
         if skipped and self._n_updates == updates_before:
             raise TrainingError(f"no update was applied: all {skipped} optimizer steps of this learn() call had a "
-                                "non-finite loss or gradient norm (the weights are unchanged). Lower the learning "
-                                "rate or check the model's dtype (float16 overflows); the env's rewards were finite "
-                                "(a non-finite reward stops its episode with an env error)")
+                                "non-finite loss or gradient norm (the weights are unchanged). The usual causes: a "
+                                "learning rate or LoRA scale (alpha / r) too large, or a float16 overflow (rewards "
+                                "are checked finite at the env, advantages by the credit function)")
         return self
 
     # ---------------------------------------------------------- rollouts
@@ -424,7 +424,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         return True
 
     def _check_rollout_lost(self, stats: dict[str, float], buffer: TextRolloutBuffer, env: GroupedTextVecEnv) -> None:
-        """Stop with :class:`TrainingError` when no env can be played: every env failed at reset
+        """Stop with :class:`TrainingError` when the env cannot be played: no env completed a step
         (all ranks), or :data:`MAX_LOST_ROLLOUTS` rollouts in a row lost every episode to env errors."""
         lost = stats["episodes"] > 0 and stats["env_errors"] >= stats["episodes"]
         self._lost_rollouts = self._lost_rollouts + 1 if lost else 0
@@ -433,8 +433,8 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         errors = [t.env_error for t in buffer.trajectories if t.env_error is not None]
         example = f": {errors[0]}" if errors else ""
         where = f"; tracebacks in {env.errors.path}" if env.errors.path is not None else ""
-        what = ("every env failed at reset" if not stats["steps"]
-                else f"{self._lost_rollouts} rollouts in a row lost every episode to env errors")
+        what = ("no env completed a step (every episode ended in an env error at reset or its first step)"
+                if not stats["steps"] else f"{self._lost_rollouts} rollouts in a row lost every episode to env errors")
         raise TrainingError(f"{what}{example}{where}. The env is broken: fix it and rerun")
 
     def log_row_pending(self) -> None:

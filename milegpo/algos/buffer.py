@@ -280,11 +280,12 @@ class TextRolloutBuffer:
         if self.advantages is None and not distributed:
             raise RuntimeError("call compute_credit() before get()")
         n_rows = 0 if self.advantages is None else len(self.advantages)
-        tokens = self.row_tokens() if n_rows else np.zeros(0, dtype=np.int64)
-        units = np.array([len(self.samples[r].old_logprobs) for r in range(n_rows)], dtype=np.int64)
+        samples = self.samples if n_rows else []  # built once: the property makes a new list each time
+        tokens = np.array([step_tokens(s) for s in samples], dtype=np.int64)
+        units = np.array([len(s.old_logprobs) for s in samples], dtype=np.int64)
         if not distributed:
             for rows in minibatch_rows(rng, tokens, batch_size, mini_batch_tokens):
-                yield self._minibatch(rows, tokens, int(units[rows].sum()), len(rows))
+                yield self._minibatch(samples, rows, tokens, int(units[rows].sum()), len(rows))
             return
         from milegpo.algos.distributed import all_gather_objects
 
@@ -293,11 +294,12 @@ class TextRolloutBuffer:
         offset = sum(len(t) for t in tokens_per_rank[: world.rank])
         for rows in minibatch_rows(rng, all_tokens, batch_size, mini_batch_tokens):
             mine = rows[(rows >= offset) & (rows < offset + n_rows)] - offset
-            yield self._minibatch(mine, tokens, int(all_units[rows].sum()), len(rows))
+            yield self._minibatch(samples, mine, tokens, int(all_units[rows].sum()), len(rows))
 
-    def _minibatch(self, rows: np.ndarray, tokens: np.ndarray, n_units: int, n_seqs: int) -> RolloutMinibatch:
+    def _minibatch(self, samples: list[Any], rows: np.ndarray, tokens: np.ndarray, n_units: int,
+                   n_seqs: int) -> RolloutMinibatch:
         advantages = self.advantages[rows] if len(rows) else np.zeros(0)
-        return RolloutMinibatch(rows=rows, samples=[self.samples[r] for r in rows], advantages=advantages,
+        return RolloutMinibatch(rows=rows, samples=[samples[r] for r in rows], advantages=advantages,
                                 tokens=tokens[rows], n_units=n_units, n_seqs=n_seqs)
 
     # ------------------------------------------------------------ stats

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -91,7 +92,14 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
     tmp = _aside(path, _TMP_TAG)
     try:
         tmp.mkdir()
-        policy.save_adapter(str(tmp / ADAPTER_DIR))
+        try:
+            policy.save_adapter(str(tmp / ADAPTER_DIR))
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, exc.filename or str(tmp / ADAPTER_DIR)) from exc
+        except Exception as exc:  # safetensors reports a full disk as its own error type
+            if not disk_full(tmp):
+                raise
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp / ADAPTER_DIR)) from exc
         _save_tensors(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         config = {**config, "files": _manifest(tmp)}
         with open(tmp / CONFIG_FILE, "w") as f:
@@ -110,18 +118,19 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
 
 
 def _save_tensors(state: dict[str, Any], file: Path) -> None:
-    """``torch.save``, with a full disk reported as the ``OSError`` it is: torch's zip writer says only
-    "unexpected pos ..." when a write comes up short."""
+    """``torch.save`` through memory, then one plain write: a full disk surfaces as the ``OSError``
+    it is, naming the file (torch's zip writer would say only "unexpected pos ...")."""
+    buffer = io.BytesIO()
+    th.save(state, buffer)
     try:
-        th.save(state, file)
-    except RuntimeError as exc:
-        if disk_full(file.parent):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file)) from exc
-        raise
+        with open(file, "wb") as f:
+            f.write(buffer.getbuffer())
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(file)) from exc
 
 
-def disk_full(folder: str | os.PathLike, margin: int = 1 << 20) -> bool:
-    """Whether the file system of ``folder`` has less than ``margin`` bytes left for this user."""
+def disk_full(folder: str | os.PathLike, margin: int = 1 << 16) -> bool:
+    """Whether the file system of ``folder`` has less than ``margin`` bytes left."""
     try:
         return shutil.disk_usage(folder).free < margin
     except OSError:

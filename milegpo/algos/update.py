@@ -109,9 +109,8 @@ def optimizer_step(policy: Any, optimizer: th.optim.Optimizer, minibatch: Rollou
     grad_norm = float(th.nn.utils.clip_grad_norm_(params, settings.max_grad_norm))
     if not (np.isfinite(sums["loss"]) and np.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
-        logger.warning("non-finite loss (%s) or gradient norm (%s) at %s: optimizer step skipped; a learning "
-                       "rate too high or a float16 overflow are the usual causes (rewards are checked finite at "
-                       "the env)", sums["loss"], grad_norm, where or "an update")
+        logger.warning("non-finite loss (%s) or gradient norm (%s) at %s: optimizer step skipped; the usual "
+                       "causes are a learning rate or LoRA scale (alpha / r) too large, or a float16 overflow", sums["loss"], grad_norm, where or "an update")
         return False, {}
     optimizer.step()
     if settings.kl_coef == 0.0:

@@ -65,7 +65,13 @@ def compute_credit(method: str, batch: StepBatch, config: CreditConfig | Mapping
         raise TypeError(f"credit method {method!r} takes a {config_cls.__name__}, got {type(config).__name__}")
     if batch.num_steps == 0:
         return CreditResult(advantages=np.zeros(0), diagnostics={"method": method, "num_steps": 0})
-    return fn(batch, config)
+    if not (np.all(np.isfinite(batch.rewards)) and np.all(np.isfinite(batch.outcomes))):
+        raise ValueError("the StepBatch holds a non-finite reward or outcome: credit would be NaN")
+    result = fn(batch, config)
+    if not np.all(np.isfinite(result.advantages)):
+        raise ValueError(f"{method} credit gave non-finite advantages under {config}: a normalisation divided by "
+                         "zero (epsilon=0 with a group whose values are all equal?)")
+    return result
 
 
 def credit_of_trajectory(batch: StepBatch, traj_id: int, methods: Iterable[str] = CREDIT_METHODS,

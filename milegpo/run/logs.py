@@ -44,6 +44,12 @@ class AppendingCSVOutputFormat(CSVOutputFormat):
         self.separator = ","
         self.quotechar = '"'
 
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        try:
+            super().write(key_values, key_excluded, step)
+        except OSError as exc:  # name the file: "no space left on device" alone does not say where
+            raise OSError(exc.errno, exc.strerror, self.file.name) from exc
+
 
 def configure_run_logger(run_dir: str | os.PathLike, verbose: int = 1, report_to: Sequence[str] = ("tensorboard",),
                          config: Mapping[str, Any] | None = None) -> Logger:
@@ -141,21 +147,26 @@ def _rollback_jsonl(path: Path, iteration: int) -> int:
 
 def _rollback_events(path: Path, last_step: int) -> int:
     """Rewrite a TensorBoard event file without the summaries of steps after ``last_step``
-    (a record cut short by a kill ends the file: it is dropped too)."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    (records are copied byte for byte; one cut short by a kill ends the file and is dropped)."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    events = list(EventFileLoader(str(path)).Load())
-    kept = [event for event in events if event.WhichOneof("what") != "summary" or event.step <= last_step]
+    records = list(RawEventFileLoader(str(path)).Load())
+    kept = []
+    for record in records:
+        event = Event.FromString(record)
+        if event.WhichOneof("what") != "summary" or event.step <= last_step:
+            kept.append(record)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         writer = RecordWriter(f)
-        for event in kept:
-            writer.write(event.SerializeToString())
+        for record in kept:
+            writer.write(record)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    return len(events) - len(kept)
+    return len(records) - len(kept)
 
 
 def _as_int(value: str | None) -> int | None:

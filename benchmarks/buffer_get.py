@@ -1,0 +1,77 @@
+"""One epoch of ``TextRolloutBuffer.get()`` (every minibatch of a rollout) from 2k to 64k rows.
+
+The buffer is filled as a rollout fills it (16 envs per task group, 50-step episodes of
+choose-mode samples with ~300-token prompts), credit is computed, then the time of one
+full pass over ``get()`` (minibatches of 256 steps) is the median of ``--repeats`` passes.
+A linear ``get()`` keeps the time per row flat. Writes ``benchmarks/results/buffer_get.json``.
+
+    python benchmarks/buffer_get.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from milegpo.algos.buffer import TextRolloutBuffer
+from milegpo.policies import ActionSample
+
+RESULTS = Path(__file__).resolve().parent / "results" / "buffer_get.json"
+HORIZON, GROUP = 50, 16
+
+
+def filled_buffer(rows: int, seed: int = 0) -> TextRolloutBuffer:
+    rng = np.random.default_rng(seed)
+    envs = rows // HORIZON
+    buffer = TextRolloutBuffer(envs, np.arange(envs) // GROUP)
+    buffer.reset(task_seeds=list(range((envs + GROUP - 1) // GROUP)))
+    prompt = rng.integers(0, 1000, 300).tolist()
+    for env in range(envs):
+        for t in range(HORIZON):
+            candidates = [rng.integers(0, 1000, 4).tolist() for _ in range(5)]
+            sample = ActionSample(text=f"go {t % 5}", prompt_ids=prompt, action_ids=candidates[0],
+                                  candidate_ids=candidates, chosen=0, old_logprobs=np.zeros(1, np.float32), parsed=True)
+            done = t == HORIZON - 1
+            buffer.add(env, sample, f"task {env // GROUP} room {t % 7}", 0.0, done,
+                       {"state_key": f"task {env // GROUP} room {(t + 1) % 7}", "won": False, "valid_action": True,
+                        "score": 0.0})
+    return buffer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    rows_out = []
+    for rows in (2_048, 4_096, 8_192, 16_384, 32_768, 65_536):
+        buffer = filled_buffer(rows)
+        buffer.compute_credit("grpo", None)
+        times = []
+        for repeat in range(args.repeats):
+            start = time.perf_counter()
+            for _ in buffer.get(np.random.default_rng(repeat), batch_size=256):
+                pass
+            times.append(time.perf_counter() - start)
+        seconds = float(np.median(times))
+        rows_out.append({"rows": buffer.num_steps, "epoch_s": seconds, "us_per_row": 1e6 * seconds / buffer.num_steps})
+        print(f"{buffer.num_steps:6d} rows: {seconds * 1e3:8.1f} ms per epoch, {rows_out[-1]['us_per_row']:.2f} us/row",
+              flush=True)
+    steps = [r["rows"] for r in rows_out]
+    slope = float(np.polyfit(np.log(steps), np.log([r["epoch_s"] for r in rows_out]), 1)[0])
+    print(f"log-log slope: {slope:.3f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"benchmark": "buffer_get", "repeats": args.repeats, "batch_size": 256,
+                                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                                "load_1min": os.getloadavg()[0]},
+                                    "loglog_slope": slope, "results": rows_out}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

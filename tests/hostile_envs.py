@@ -1,0 +1,77 @@
+"""Envs written to break things, for tests/test_hostile_envs.py (importable by env worker processes)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from milegpo.envs import TextEnv, register_env
+
+
+class CountingEnv(TextEnv):
+    """A 5-step corridor: "forward" advances, the 5th step wins."""
+
+    def _reset(self, seed, options):
+        self.position = 0
+        return "room 0", {"task": "walk forward"}
+
+    def _step(self, action):
+        self.position += 1
+        won = self.position == 5
+        return f"room {self.position}", 10.0 if won else 0.0, won, {"won": won}
+
+    def admissible_commands(self):
+        return ["forward", "wait"]
+
+
+class IntObservationEnv(CountingEnv):
+    def _reset(self, seed, options):
+        super()._reset(seed, options)
+        return 5, {"task": "walk forward"}
+
+
+class NaNRewardEnv(CountingEnv):
+    def _step(self, action):
+        observation, _, won, info = super()._step(action)
+        return observation, float("nan"), won, info
+
+
+class BrokenResetEnv(CountingEnv):
+    def _reset(self, seed, options):
+        return {}["missing"]  # a plain bug: KeyError
+
+
+class BrokenStepEnv(CountingEnv):
+    """Plays one step, then crashes."""
+
+    def _step(self, action):
+        if self.position == 1:
+            raise RuntimeError("the engine crashed")
+        return super()._step(action)
+
+
+class NoCommandsEnv(CountingEnv):
+    def admissible_commands(self):
+        return []
+
+
+class HangOnceEnv(CountingEnv):
+    """Hangs in its 2nd step once over all processes: the one that creates the file ``marker`` first."""
+
+    def __init__(self, marker: str, **kwargs):
+        super().__init__(**kwargs)
+        self.marker = marker
+
+    def _step(self, action):
+        if self.position == 1:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                time.sleep(600)
+        return super()._step(action)
+
+
+for _name in ("Counting", "IntObservation", "NaNReward", "BrokenReset", "BrokenStep", "NoCommands", "HangOnce"):
+    register_env(f"hostile/{_name}-v0", globals()[f"{_name}Env"], max_episode_steps=8)
