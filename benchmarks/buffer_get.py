@@ -3,7 +3,9 @@
 The buffer is filled as a rollout fills it (16 envs per task group, 50-step episodes of
 choose-mode samples with ~300-token prompts), credit is computed, then the time of one
 full pass over ``get()`` (minibatches of 256 steps) is the median of ``--repeats`` passes.
-A linear ``get()`` keeps the time per row flat. Writes ``benchmarks/results/buffer_get.json``.
+A linear ``get()`` keeps the time per row flat. Up to 8k rows it also times the previous
+``get()``, which read the ``samples`` property (a new list of every row) once per row. Writes
+``benchmarks/results/buffer_get.json``.
 
     python benchmarks/buffer_get.py
 """
@@ -44,6 +46,17 @@ def filled_buffer(rows: int, seed: int = 0) -> TextRolloutBuffer:
     return buffer
 
 
+def previous_epoch(buffer: TextRolloutBuffer, rng: np.random.Generator) -> None:
+    """The previous get(): ``buffer.samples`` (a list of every row, built anew on each read) read per row."""
+    from milegpo.algos.buffer import minibatch_rows, step_tokens
+
+    n_rows = len(buffer.advantages)
+    tokens = np.array([step_tokens(s) for s in buffer.samples], dtype=np.int64)
+    units = np.array([len(buffer.samples[r].old_logprobs) for r in range(n_rows)], dtype=np.int64)
+    for rows in minibatch_rows(rng, tokens, 256, None):
+        _ = [buffer.samples[r] for r in rows], int(units[rows].sum())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -61,8 +74,13 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         seconds = float(np.median(times))
         rows_out.append({"rows": buffer.num_steps, "epoch_s": seconds, "us_per_row": 1e6 * seconds / buffer.num_steps})
-        print(f"{buffer.num_steps:6d} rows: {seconds * 1e3:8.1f} ms per epoch, {rows_out[-1]['us_per_row']:.2f} us/row",
-              flush=True)
+        if rows <= 8_192:
+            start = time.perf_counter()
+            previous_epoch(buffer, np.random.default_rng(0))
+            rows_out[-1]["previous_epoch_s"] = time.perf_counter() - start
+        before = f", previous get() {rows_out[-1]['previous_epoch_s']:.2f} s" if "previous_epoch_s" in rows_out[-1] else ""
+        print(f"{buffer.num_steps:6d} rows: {seconds * 1e3:8.1f} ms per epoch, {rows_out[-1]['us_per_row']:.2f} us/row"
+              f"{before}", flush=True)
     steps = [r["rows"] for r in rows_out]
     slope = float(np.polyfit(np.log(steps), np.log([r["epoch_s"] for r in rows_out]), 1)[0])
     print(f"log-log slope: {slope:.3f}")
