@@ -234,7 +234,7 @@ def rank_gather_cost(repeats: int) -> dict[str, float]:
 
 
 def markdown(result: dict[str, object]) -> str:
-    lines = ["# Credit assignment: time per step from ~1k to ~1M steps", "",
+    lines = ["### Credit assignment: time per step from ~1k to ~1M steps", "",
              f"Median of {result['repeats']} calls (fewer above 200k steps) on {result['machine']['cpus']} cores "  # type: ignore[index]
              f"(1-min load at start {result['machine']['load_1min_at_start']:.2f}). µs per step, and peak MB allocated.",  # type: ignore[index]
              "", "| batch | steps | nodes | " + " | ".join(CREDIT_METHODS) + " | peak MB (milegpo) |",
