@@ -85,10 +85,22 @@ def main() -> None:
     slope = float(np.polyfit(np.log(steps), np.log([r["epoch_s"] for r in rows_out]), 1)[0])
     print(f"log-log slope: {slope:.3f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "buffer_get", "repeats": args.repeats, "batch_size": 256,
-                                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                                "load_1min": os.getloadavg()[0]},
-                                    "loglog_slope": slope, "results": rows_out}, indent=2) + "\n")
+    result = {"benchmark": "buffer_get", "repeats": args.repeats, "batch_size": 256,
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_1min": os.getloadavg()[0]},
+              "loglog_slope": slope, "results": rows_out}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Median of {result['repeats']} epochs, minibatches of {result['batch_size']} steps, "
+             f"{result['machine']['cpus']} cores (1-min load {result['machine']['load_1min']:.2f}).", "",
+             "| rows | ms per epoch | µs per row | previous get(), s per epoch |", "|---:|---:|---:|---:|"]
+    for row in result["results"]:
+        before = f"{row['previous_epoch_s']:.2f}" if "previous_epoch_s" in row else "-"
+        lines.append(f"| {row['rows']:,} | {1e3 * row['epoch_s']:.1f} | {row['us_per_row']:.2f} | {before} |")
+    lines += ["", f"log-log slope of time against rows: {result['loglog_slope']:.2f}"]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -226,12 +226,14 @@ class TrainConfig:
         return cls.from_dict(values)
 
     def env_kwargs_for(self, split: str | None) -> dict[str, Any]:
+        """The env's constructor arguments for a task split (``split`` added to ``env_kwargs``; None: none)."""
         kwargs = dict(self.env_kwargs)
         if split is not None:
             kwargs["split"] = split
         return kwargs
 
     def policy_kwargs(self, model_path: str) -> dict[str, Any]:
+        """The ``policy_kwargs`` of the algorithm this config builds, for the model at ``model_path``."""
         return {
             "model": model_path,
             "mode": self.mode,
