@@ -226,7 +226,8 @@ def run_train(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
     from milegpo.algos.errors import TrainingError
     from milegpo.envs import UnknownEnvError
-    from milegpo.run.train import CONFIG_FILE, TrainConfig, train
+    from milegpo.run.train import TrainConfig, train
+    from milegpo.run_folder import CONFIG_FILE
 
     run_dir = args.resume or args.run_dir
     try:

@@ -210,18 +210,6 @@ def test_bad_batches_are_rejected():
         StepBatch.from_trajectories([["s"]], success=[False])
 
 
-def test_the_old_credit_location_is_the_same_modules():
-    import importlib
-    import sys
-
-    sys.modules.pop("milegpo.algos.credit", None)
-    with pytest.warns(DeprecationWarning, match="moved to milegpo.credit"):
-        old = importlib.import_module("milegpo.algos.credit")
-    from milegpo.algos.credit.batch import StepBatch as OldStepBatch
-
-    assert OldStepBatch is StepBatch and old.compute_credit is compute_credit
-
-
 def test_concat_keeps_tasks_apart_and_trajectory_ids_unique():
     first = StepBatch.from_trajectories([["s", "a", "b"], ["s", "c"]], success=[True, False])
     second = StepBatch.from_trajectories([["s", "a"], ["s", "d", "e"]], success=[False, True])

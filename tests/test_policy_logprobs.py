@@ -60,8 +60,16 @@ def test_temperature_scales_logits(model):
 @torch.no_grad()
 def test_position_ids_matter_with_left_padding(model):
     """Without position_ids a left-padded row of an absolute-position model is scored wrongly."""
+    from milegpo.policies.scoring import _token_logprobs, pad_rows
+
     prompts, completions = rows(model.config.vocab_size, seed=2)
-    wrong, mask, _ = completion_logprobs(model, prompts, completions, pad_id=1, use_position_ids=False)
+    # the same forward pass as completion_logprobs, but with the model's default positions (0, 1, ... per row)
+    prompt_ids, prompt_mask = pad_rows(prompts, 1, left=True)
+    comp_ids, comp_mask = pad_rows(completions, 1)
+    ids, full_mask = torch.cat([prompt_ids, comp_ids], 1), torch.cat([prompt_mask, comp_mask], 1)
+    p_len = prompt_ids.shape[1]
+    logits = model(input_ids=ids, attention_mask=full_mask).logits[:, p_len - 1: -1]
+    wrong, mask, _ = _token_logprobs(logits.float(), ids[:, p_len:], full_mask[:, p_len:].bool(), False)
     right, _, _ = completion_logprobs(model, prompts, completions, pad_id=1)
     error = (wrong - right).abs()[mask].max().item()
     if model.config.model_type == "gpt2":

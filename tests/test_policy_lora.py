@@ -145,8 +145,6 @@ def test_act_samples_in_eval_mode_and_restores_the_mode(tiny_dir):
     policy.set_training_mode(False)
     logp, _, _ = policy.evaluate_actions(samples)
     np.testing.assert_allclose(logp[:, 0].detach().numpy(), [s.old_logprobs[0] for s in samples], atol=1e-5)
-    with pytest.raises(ValueError, match="use_sde"):
-        make_policy(tiny_dir, use_sde=True)
 
 
 def test_seed_fixes_the_adapter_initialisation(tiny_dir):

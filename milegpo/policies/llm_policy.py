@@ -112,10 +112,7 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         rollout_backend: str = "hf",
         vllm_kwargs: dict[str, Any] | None = None,
         trust_sampler_logprobs: bool = False,
-        use_sde: bool = False,
     ):
-        if use_sde:  # SB3's OnPolicyAlgorithm passes use_sde to every policy
-            raise ValueError("LLMPolicy has no state-dependent exploration: use_sde must be False")
         super().__init__(observation_space, action_space, optimizer_class=resolve_optimizer_class(optimizer_class),
                          optimizer_kwargs=optimizer_kwargs)
         check_choice("mode", mode, MODES)

@@ -82,15 +82,14 @@ def completion_logprobs(
     pad_id: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    use_position_ids: bool = True,
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
     """Per-token log-probs of each completion given its prompt, in one padded forward pass.
 
-    Rows are ``[pad … prompt | completion … pad]``; with ``use_position_ids`` the
-    positions count real tokens only (``use_position_ids=False`` exists to show
-    what goes wrong without them). Returns ``(logp [B, C], mask [B, C], entropy
-    [B, C] | None)`` in float32 with ``C`` the longest completion; logits are
-    divided by ``temperature``.
+    Rows are ``[pad … prompt | completion … pad]`` and the positions count real tokens
+    only (``position_ids = cumsum(mask) - 1``: without them a left-padded row of an
+    absolute-position model is scored at shifted positions). Returns ``(logp [B, C],
+    mask [B, C], entropy [B, C] | None)`` in float32 with ``C`` the longest completion;
+    logits are divided by ``temperature``.
     """
     _check_rows(prompts, completions)
     device = next(model.parameters()).device
@@ -99,11 +98,10 @@ def completion_logprobs(
     comp_ids, comp_mask = pad_rows(completions, pad_id, device=device)
     ids, mask = th.cat([prompt_ids, comp_ids], dim=1), th.cat([prompt_mask, comp_mask], dim=1)
     c_len = comp_ids.shape[1]
-    kwargs: dict[str, Any] = {}
-    if use_position_ids:
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
     # logits at positions p_len-1 … p_len+c_len-2 predict the completion tokens
-    out = model(input_ids=ids, attention_mask=mask, logits_to_keep=c_len + 1, use_cache=False, **kwargs)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, logits_to_keep=c_len + 1,
+                use_cache=False)
     comp_mask = mask[:, p_len:].bool()
     return _token_logprobs(out.logits[:, :-1].float() / temperature, ids[:, p_len:], comp_mask, with_entropy)
 

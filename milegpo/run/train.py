@@ -29,9 +29,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from milegpo.envs import UnknownEnvError, env_vocabulary, make_env  # noqa: F401  (env_vocabulary: was here)
-from milegpo.run.config import TrainConfig  # noqa: F401  (milegpo.run.train.TrainConfig, as before)
-from milegpo.run_folder import (  # noqa: F401
+from milegpo.envs import UnknownEnvError, env_vocabulary, make_env
+from milegpo.run.config import TrainConfig
+from milegpo.run_folder import (
     BASE_MODEL_DIR,
     CHECKPOINTS_DIR,
     CONFIG_FILE,
