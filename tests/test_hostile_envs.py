@@ -259,3 +259,39 @@ def test_evaluate_says_how_it_acted_and_prints_one_line(model_path: str) -> None
     sampled = model.evaluate(env, n_episodes=3, deterministic=False, temperature=0.4, seed=1)
     assert greedy["sampling"] == "greedy" and sampled["sampling"] == "sampled at T=0.4"
     assert "\n" not in repr(greedy) and "per_task=[3 tasks]" in repr(greedy) and len(greedy["per_task"]) == 3
+
+
+def test_a_run_that_fills_its_disk_ends_in_one_line_and_resumes(model_path: str, tmp_path: Path) -> None:
+    """`milegpo train` whose run folder sits on a 160 kB tmpfs (where none can be mounted: under a 100 kB
+    file-size limit): the first checkpoint's optimizer file does not fit. One `error:` line naming the file,
+    exit status 1, no traceback, and the folder stays a run folder that --resume accepts."""
+    import resource
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(disk)],
+                             capture_output=True).returncode == 0
+
+    def limit_file_size() -> None:
+        if not mounted:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    try:
+        run = disk / "run"
+        result = subprocess.run(
+            [sys.executable, "-m", "milegpo", "train", "--model", model_path, "--steps", "400", "--n-tasks", "1",
+             "--group-size", "2", "--checkpoint-freq", "3", "--eval-split", "none", "--run-dir", str(run),
+             "--env-kwargs", '{"max_episode_steps": 8}', "--no-progress-bar", "--report-to", "none"],
+            capture_output=True, text=True, timeout=600, preexec_fn=limit_file_size,
+            env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert result.returncode == 1, result.stderr[-2000:]
+        last = result.stderr.strip().splitlines()[-1]
+        reason = "no space left on device" if mounted else "File too large"
+        assert last.startswith(f"error: {reason} while writing {run}/") and "optimizer.pt" in last, last
+        assert f"continue with milegpo train --resume {run}" in last and "Traceback" not in result.stderr
+        assert (run / "config.json").exists() and not [p for p in (run / "checkpoints").iterdir()
+                                                       if not p.name.startswith(".")]
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(disk)], check=True)
