@@ -359,3 +359,22 @@ def test_env_errors_truncate_episodes_and_training_goes_on(model_path: str, tmp_
     header, row = (tmp_path / "progress.csv").read_text().splitlines()[:2]
     assert float(dict(zip(header.split(","), row.split(",")))["rollout/env_errors"]) == len(crashed)
     assert model._n_updates == 1
+
+
+def test_a_users_iteration_callback_runs_after_every_update_and_at_the_last(model_path: str) -> None:
+    from milegpo.algos import IterationCallback
+
+    class Record(IterationCallback):
+        def __init__(self):
+            super().__init__(freq=2)
+            self.seen: list[tuple[int, int]] = []
+
+        def _on_iteration(self) -> None:
+            self.seen.append((self.model.iterations, self.model.num_timesteps))
+
+    model = make(MileGPO, model_path, batch_size=8)
+    record = Record()
+    model.learn(total_timesteps=3 * 16, callback=[record])  # 3 iterations of 16 steps or so: 2, then the last
+    iterations = [i for i, _ in record.seen]
+    assert iterations[0] == 2 and iterations[-1] == model.iterations and record.seen[-1][1] == model.num_timesteps
+    assert model.timestep_budget == 3 * 16

@@ -55,7 +55,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer
-from milegpo.algos.callbacks import as_callback, flatten_callbacks
+from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
 from milegpo.algos.console import use_console_format
 from milegpo.algos.errors import TrainingError
 from milegpo.algos.loss import LOSS_AGGREGATIONS
@@ -218,6 +218,12 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
     def iterations(self) -> int:
         """Completed iterations (a rollout and its update) over all sessions of the run."""
         return int(self._iterations)
+
+    @property
+    def timestep_budget(self) -> int:
+        """The env steps the current (or last) ``learn()`` call trains to (``num_timesteps`` at its start
+        plus its ``total_timesteps``): where its last iteration ends."""
+        return int(self._total_timesteps)
 
     @property
     def last_update_stats(self) -> dict[str, float]:
@@ -496,8 +502,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
     def _end_iteration(self) -> None:
         """After the update: callbacks that log (evaluation) add to this iteration's row, the row is
         dumped, then callbacks that save (checkpoints) run, so a checkpoint never precedes its row."""
-        callbacks = [cb for cb in flatten_callbacks(getattr(self, "_callback", None))
-                     if hasattr(cb, "on_iteration_end")]
+        callbacks = [cb for cb in flatten_callbacks(getattr(self, "_callback", None)) if isinstance(cb, IterationCallback)]
         for cb in callbacks:
             if cb.logs_to_row:
                 cb.on_iteration_end()

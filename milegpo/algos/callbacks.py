@@ -39,8 +39,14 @@ from milegpo.algos.evaluation import evaluate
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 
-class _IterationCallback(BaseCallback):
-    """Calls :meth:`_on_iteration` after every ``freq``-th iteration and after the last one."""
+class IterationCallback(BaseCallback):
+    """A callback that acts at the end of iterations: :meth:`_on_iteration` after every
+    ``freq``-th iteration and after the last one of ``learn``.
+
+    The trainer calls :meth:`on_iteration_end` of every callback of this class after each
+    update (SB3 has no hook after ``train()``); subclass it for your own per-iteration work
+    and set :attr:`logs_to_row` when it records values into the iteration's log row.
+    """
 
     #: True: runs before the iteration's log row is written (adds values to it); False: after.
     logs_to_row = False
@@ -61,16 +67,17 @@ class _IterationCallback(BaseCallback):
     def on_iteration_end(self) -> None:
         """Called by the trainer after each update."""
         done = self._iterations()
-        last = self.model.num_timesteps >= self.model._total_timesteps
+        last = self.model.num_timesteps >= self.model.timestep_budget
         if (done % self.freq == 0 or last) and done != self._last_done:
             self._last_done = done
             self._on_iteration()
 
     def _on_iteration(self) -> None:
+        """The per-iteration work (subclasses)."""
         raise NotImplementedError
 
 
-class CheckpointCallback(_IterationCallback):
+class CheckpointCallback(IterationCallback):
     """Save the model every ``save_freq`` iterations to ``save_path/<prefix>_<steps>_steps``.
 
     :param save_freq: iterations (rollout + update) between checkpoints.
@@ -108,7 +115,7 @@ class CheckpointCallback(_IterationCallback):
                 shutil.rmtree(old, ignore_errors=True)
 
 
-class EvalCallback(_IterationCallback):
+class EvalCallback(IterationCallback):
     """Evaluate on held-out tasks before training (a fresh model) and every ``eval_freq``
     iterations; logs ``eval/*`` in the iteration's row and appends a row to ``eval.jsonl``
     in the logger folder (the learning curve). The untrained policy's evaluation is its
