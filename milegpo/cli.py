@@ -226,6 +226,7 @@ def run_train(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
     from milegpo.algos.errors import TrainingError
     from milegpo.envs import UnknownEnvError
+    from milegpo.envs.vec_worker import EnvWorkerError
     from milegpo.run.train import TrainConfig, train
     from milegpo.run_folder import CONFIG_FILE
 
@@ -246,7 +247,7 @@ def run_train(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, ImportError, UnknownEnvError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except TrainingError as exc:
+    except (TrainingError, EnvWorkerError) as exc:  # the env cannot be played (a worker cannot even restart)
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -75,3 +75,22 @@ class HangOnceEnv(CountingEnv):
 
 for _name in ("Counting", "IntObservation", "NaNReward", "BrokenReset", "BrokenStep", "NoCommands", "HangOnce"):
     register_env(f"hostile/{_name}-v0", globals()[f"{_name}Env"], max_episode_steps=8)
+
+
+class CrashThenUnbuildableEnv(CountingEnv):
+    """Kills its worker process at its 2nd step; once it has, it can no longer be built (a broken install)."""
+
+    def __init__(self, marker: str, **kwargs):
+        if os.path.exists(marker):
+            raise RuntimeError("the engine's files are gone")
+        super().__init__(**kwargs)
+        self.marker = marker
+
+    def _step(self, action):
+        if self.position == 1:
+            open(self.marker, "w").close()
+            os._exit(1)
+        return super()._step(action)
+
+
+register_env("hostile/CrashThenUnbuildable-v0", CrashThenUnbuildableEnv, max_episode_steps=8)

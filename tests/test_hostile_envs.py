@@ -295,3 +295,15 @@ def test_a_run_that_fills_its_disk_ends_in_one_line_and_resumes(model_path: str,
     finally:
         if mounted:
             subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_worker_that_cannot_be_restarted_ends_the_run_in_one_line(model_path: str, tmp_path: Path) -> None:
+    config = {"env": "hostile_envs:hostile/CrashThenUnbuildable-v0", "env_kwargs": {"marker": str(tmp_path / "gone")},
+              "subprocess": True, "model": model_path, "train_split": None, "eval_splits": [], "n_tasks": 1,
+              "group_size": 2, "total_timesteps": 100, "report_to": []}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = cli("--config", str(tmp_path / "config.json"), "--run-dir", "run", "--no-progress-bar", cwd=tmp_path)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: env-worker-0 failed to build its envs") and "the engine's files are gone" in last
+    assert "Traceback" not in result.stderr
