@@ -374,3 +374,10 @@ def test_the_integration_imports_no_trainer_stack() -> None:
             "print(sorted(m for m in ('torch', 'transformers', 'peft', 'stable_baselines3', 'verl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_batch_of_only_inactive_rows_gets_zero_advantages() -> None:
+    data = verl_agent_batch(inactive_rows=2)
+    data.non_tensor_batch["active_masks"][:] = False
+    advantages, _, credit = milegpo_verl.compute_step_advantage(data, "milegpo")
+    assert torch.all(advantages == 0) and credit.diagnostics["num_steps"] == 0

@@ -43,9 +43,10 @@ def compute_step_advantage(
         config = make_credit_config(method, **dict(config or {}))
     credit = compute_credit(method, batch, config)
     mask = data.batch["response_mask"]
-    values = torch.as_tensor(credit.advantages, dtype=torch.float32, device=mask.device)
-    rows = torch.as_tensor(row_map, device=mask.device)
-    per_row = torch.where(rows >= 0, values[rows.clamp(min=0)], torch.zeros((), device=mask.device))
+    per_row = torch.zeros(mask.shape[0], dtype=torch.float32, device=mask.device)
+    kept = row_map >= 0  # inactive rows keep 0; a copied row reads its step's value
+    per_row[torch.as_tensor(kept, device=mask.device)] = torch.as_tensor(
+        credit.advantages[row_map[kept]], dtype=torch.float32, device=mask.device)
     advantages = per_row.unsqueeze(-1) * mask.to(torch.float32)
     return advantages, advantages.clone(), credit
 

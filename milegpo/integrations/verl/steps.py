@@ -145,6 +145,7 @@ def step_batch_from_verl(data: StepRows, *, success: SuccessRule = SuccessRule()
     step_of: dict[tuple[int, int], int] = {}
     row_map = np.full(n, -1, dtype=np.int64)
     first_row: list[int] = []
+    first_traj: list[int] = []
     for row in np.flatnonzero(active):
         t = traj_index.setdefault(traj_uid[row], len(traj_index))
         key = (t, int(step_col[row]))
@@ -152,20 +153,18 @@ def step_batch_from_verl(data: StepRows, *, success: SuccessRule = SuccessRule()
         if k is None:
             k = step_of[key] = len(first_row)
             first_row.append(int(row))
+            first_traj.append(t)
         else:
             _check_copy(data, int(row), first_row[k], anchor, env_rewards, valid, uid)
         row_map[row] = k
     rows = np.asarray(first_row, dtype=np.int64)
-    traj_ids = np.array([traj_index[traj_uid[r]] for r in rows], dtype=np.int64)
+    traj_ids = np.asarray(first_traj, dtype=np.int64)
     step_idx = step_col[rows]
     _check_steps_complete(traj_ids, step_idx, traj_uid, rows)
 
+    # (a trajectory under two uids is refused by the task graph's build)
     task_index: dict[object, int] = {}
     task_ids = np.array([task_index.setdefault(uid[r], len(task_index)) for r in rows], dtype=np.int64)
-    traj_task = np.full(len(traj_index), -1, dtype=np.int64)
-    np.maximum.at(traj_task, traj_ids, task_ids)
-    if np.any(traj_task[traj_ids] != task_ids):
-        raise ValueError("a trajectory (traj_uid) has rows under two different uids (task groups)")
     keys = np.empty(len(rows), dtype=object)
     keys[:] = [_hashable(anchor[r]) for r in rows]
     outcomes = np.bincount(traj_ids, weights=env_rewards[rows], minlength=len(traj_index))
