@@ -172,10 +172,12 @@ class TaskGraph:
         changed = np.flatnonzero(phi > 0)
         while len(changed):
             srcs, dsts = into.edges_into(changed)
-            best = np.zeros(self.num_nodes)
-            np.maximum.at(best, srcs, omega * phi[dsts])
-            changed = np.unique(srcs[best[srcs] > phi[srcs]])
-            phi[changed] = best[changed]
+            sources, slot = np.unique(srcs, return_inverse=True)  # work on this round's edges only, not all V
+            best = np.zeros(len(sources))
+            np.maximum.at(best, slot, omega * phi[dsts])
+            improved = best > phi[sources]
+            changed = sources[improved]
+            phi[changed] = best[improved]
         return phi
 
 
