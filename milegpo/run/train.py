@@ -454,9 +454,15 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
     return config, ALGORITHMS[config.algo].load(checkpoint, device=config.device)
 
 
+def _has_progress(run_dir: Path) -> bool:
+    """Whether the run logged a row: the learning-curve and credit plots need one."""
+    progress = run_dir / PROGRESS_FILE
+    return progress.exists() and progress.stat().st_size > 0
+
+
 def _expected_plots(run_dir: Path) -> list[str]:
     """The plots :func:`write_plots` makes for this run folder's files."""
-    names = [LEARNING_CURVE_PNG, CREDIT_DIAGNOSTICS_PNG] if (run_dir / PROGRESS_FILE).exists() else []
+    names = [LEARNING_CURVE_PNG, CREDIT_DIAGNOSTICS_PNG] if _has_progress(run_dir) else []
     return names + ([TRAJECTORY_CREDIT_PNG] if (run_dir / LAST_BATCH_FILE).exists() else [])
 
 
@@ -480,7 +486,7 @@ def write_plots(run_dir: Path) -> None:
     )
 
     progress = run_dir / PROGRESS_FILE
-    if progress.exists() and progress.stat().st_size:
+    if _has_progress(run_dir):
         config = TrainConfig.from_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).exists() else TrainConfig()
         eval_split = config.eval_splits[0] if config.eval_splits else None
         plot_learning_curve(progress, run_dir / LEARNING_CURVE_PNG, title=run_dir.name, eval_split=eval_split)
