@@ -26,16 +26,16 @@ class IterationLineFormat(KVWriter):
             value = key_values.get(key)
             return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
-        parts = [f"iter {int(number('time/iterations') or 0):>4d}", f"steps {int(number('time/total_timesteps') or step):>9,d}"]
+        steps = int(number("time/total_timesteps") or step)
+        parts = [f"iter {int(number('time/iterations') or 0):>4d}", f"steps {steps:>9,d}"]
         train = number("rollout/success_rate")
         parts.append("untrained policy" if train is None else f"train success {train:.3f}")
         splits = sorted({key.split("/")[1] for key in key_values if key.startswith("eval/") and key.count("/") == 2})
-        held_out = [f"{split} {number(f'eval/{split}/success_rate'):.3f}" for split in splits
-                    if number(f"eval/{split}/success_rate") is not None]
-        if number("eval/success_rate") is not None:
-            held_out.append(f"{number('eval/success_rate'):.3f}")
-        if held_out:
-            parts.append("held-out " + ", ".join(held_out))
+        held_out = [(split, number(f"eval/{split}/success_rate")) for split in splits]
+        held_out.append(("", number("eval/success_rate")))  # an EvalCallback with the default log_name "eval"
+        shown = [f"{split} {value:.3f}".strip() for split, value in held_out if value is not None]
+        if shown:
+            parts.append("held-out " + ", ".join(shown))
         if number("train/loss") is not None:
             parts.append(f"loss {number('train/loss'):+.4f}")
         if number("train/skipped_steps"):

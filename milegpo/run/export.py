@@ -65,8 +65,9 @@ def _absolute_base_path(path: Path) -> None:
     (a hub id, which is no local path, stays as it is)."""
     saved = json.loads(path.read_text())
     base = saved.get("base_model_name_or_path")
-    if base and _resolved(base) != base:
-        saved["base_model_name_or_path"] = _resolved(base)
+    resolved = _resolved(base) if base else base
+    if resolved != base:
+        saved["base_model_name_or_path"] = resolved
         path.write_text(json.dumps(saved, indent=2) + "\n")
 
 
