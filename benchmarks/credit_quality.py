@@ -114,9 +114,7 @@ def policy_actor(policy) -> Actor:
 
 def warm_started_policy(env_name: str, seed: int, workdir: Path):
     """The policy that ``learning_efficiency.py --warm-start`` runs of ``env_name`` and ``seed`` start from."""
-    from milegpo import TrainConfig
-
-    config = TrainConfig.from_dict(learning_efficiency.warm_start_values(env_name, seed))
+    config = learning_efficiency.make_config(learning_efficiency.warm_start_values(env_name, seed))
     model = learning_efficiency.starting_model(config, workdir / f"{env_name}-s{seed}")
     model.policy.reseed_sampling(seed)
     return model.policy

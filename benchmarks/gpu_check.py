@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             policy_kwargs={"model": tmp, "mode": "generate",
                            "dtype": "bfloat16" if args.device != "cpu" else "float32", "max_new_tokens": args.max_new_tokens,
                            "history_length": 2, "gradient_checkpointing": args.gradient_checkpointing,
-                           "rollout_backend": args.rollout_backend},
+                           "think": False, "sampler": {"backend": args.rollout_backend}},
             seed=0, device=args.device,
         )  # fmt: skip
         model.set_logger(configure(None, ["stdout"]))

@@ -36,22 +36,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from learning_efficiency import ENVS
+from learning_efficiency import ENVS, make_config
 
 ROOT = Path(__file__).resolve().parent
 
 SHARED = json.loads((ROOT / "learning_efficiency.json").read_text())
 
-#: setting -> (TrainConfig fields, env steps per iteration, roughly: sets total_timesteps)
+#: setting -> (settings by dotted name over the cpu-demo preset, env steps per iteration, roughly: sets
+#: run.total_timesteps)
 SETTINGS: dict[str, tuple[dict[str, Any], int]] = {
     "webshop": ({**SHARED, **ENVS["webshop"]}, 320),
     "alfworld": ({**SHARED, **ENVS["alfworld"]}, 700),
-    "house": ({**SHARED, "env": "milegpo/House-v0", "eval_freq": 4, "n_eval_tasks": 25, "eval_copies": 4}, 550),
-    "house-generate": ({"env": "milegpo/House-v0", "mode": "generate", "model": "smollm2-135m",
-                        "n_tasks": 2, "group_size": 4, "max_new_tokens": 24, "prompt_template": "alfworld",
-                        "history_length": 2, "eval_freq": 2, "n_eval_tasks": 4, "eval_copies": 1,
-                        "env_kwargs": {"max_episode_steps": 6}, "checkpoint_freq": 1000, "lora_r": 8,
-                        "micro_batch_tokens": 1024}, 40),  # the update keeps ~2 MB of activations per token (fp32)
+    "house": ({**SHARED, "env.id": "milegpo/House-v0", "eval.freq": 4, "eval.n_tasks": 25, "eval.copies": 4}, 550),
+    "house-generate": ({"env.id": "milegpo/House-v0", "policy.mode": "generate", "policy.model": "smollm2-135m",
+                        "env.n_tasks": 2, "env.group_size": 4, "policy.max_new_tokens": 24,
+                        "policy.prompt_template": "alfworld", "policy.history_length": 2, "eval.freq": 2,
+                        "eval.n_tasks": 4, "eval.copies": 1, "env.kwargs": {"max_episode_steps": 6},
+                        "run.checkpoint_freq": 1000, "policy.lora.r": 8,
+                        "algo.micro_batch_tokens": 1024}, 40),  # the update keeps ~2 MB of activations per token
 }
 PHASES = ("rollout", "credit", "update", "eval", "final_eval")
 
@@ -209,18 +211,15 @@ def run(setting: str, iterations: int, seed: int, threads: int) -> dict[str, Any
     peak = matmul_peak(threads)
     profile = Profile()
     instrument(profile)
-    try:
-        from milegpo import TrainConfig, train
-    except ImportError:  # versions before milegpo.run
-        from milegpo.train import TrainConfig, train
+    from milegpo import train
 
     torch.set_num_threads(threads)
-    fields = {**config_fields, "seed": seed, "total_timesteps": iterations * steps_per_iteration}
-    if fields.get("model") == "smollm2-135m":
+    fields = {**config_fields, "run.seed": seed, "run.total_timesteps": iterations * steps_per_iteration}
+    if fields.get("policy.model") == "smollm2-135m":
         from milegpo.policies.smollm import smollm2_path
 
-        fields["model"] = smollm2_path()
-    config = TrainConfig.from_dict(fields)
+        fields["policy.model"] = smollm2_path()
+    config = make_config(fields)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         train(config, run_dir=Path(tmp) / "run", progress_bar=False, verbose=0)

@@ -46,39 +46,39 @@ from milegpo.run.plots import METHOD_LABELS
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
 
-#: Benchmark envs: TrainConfig fields shared by every algorithm on that env (they override --config).
-#: ``credit_preset`` applies to MileGPO only (the paper's per-env setting).
+#: Benchmark envs: settings (dotted TrainConfig names) shared by every algorithm on that env (they
+#: override --config). ``algo.credit_preset`` applies to MileGPO only (the paper's per-env setting).
 ENVS: dict[str, dict] = {
-    "house": {"env": "milegpo/House-v0", "env_kwargs": {}, "eval_splits": ["eval_id", "eval_ood"]},
+    "house": {"env.id": "milegpo/House-v0", "env.kwargs": {}, "eval.splits": ["eval_id", "eval_ood"]},
     "coin": {
-        "env": "milegpo/TWX-coin-v0",
-        "env_kwargs": {"numLocations": 5, "includeDoors": True, "numDistractorItems": 0, "max_episode_steps": 30},
-        "eval_splits": ["eval_id", "eval_ood"],
+        "env.id": "milegpo/TWX-coin-v0",
+        "env.kwargs": {"numLocations": 5, "includeDoors": True, "numDistractorItems": 0, "max_episode_steps": 30},
+        "eval.splits": ["eval_id", "eval_ood"],
     },
     # The paper's WebShop setup: horizon 15, reward 10 for a purchase scoring 1.0, success and score reported.
     "webshop": {
-        "env": "milegpo/WebShop-v0",
-        "env_kwargs": {"success_reward": 10.0, "max_episode_steps": 15},
-        "eval_splits": ["eval"], "credit_preset": "webshop",
-        "prompt_template": "{task} {history} {observation}", "history_length": 2,
-        "total_timesteps": 8_000, "eval_freq": 4,
+        "env.id": "milegpo/WebShop-v0",
+        "env.kwargs": {"success_reward": 10.0, "max_episode_steps": 15},
+        "eval.splits": ["eval"], "algo.credit_preset": "webshop",
+        "policy.prompt_template": "{task} {history} {observation}", "policy.history_length": 2,
+        "run.total_timesteps": 8_000, "eval.freq": 4,
     },
     # The real engine on the small generated task set (types 1-2: pick-and-place, look-at-in-light),
     # where the random policy wins 10-15% in 30 steps (the paper's 1.5B model starts near 13%).
     "alfworld": {
-        "env": "milegpo/ALFWorld-v0",
-        "env_kwargs": {"size": "small", "task_types": [1, 2], "max_episode_steps": 30},
-        "eval_splits": ["eval_id", "eval_ood"], "credit_preset": "alfworld",
-        "prompt_template": "{task} {history} {observation}", "history_length": 2,
-        "total_timesteps": 8_000, "eval_freq": 2, "n_eval_tasks": 12, "eval_copies": 6,
+        "env.id": "milegpo/ALFWorld-v0",
+        "env.kwargs": {"size": "small", "task_types": [1, 2], "max_episode_steps": 30},
+        "eval.splits": ["eval_id", "eval_ood"], "algo.credit_preset": "alfworld",
+        "policy.prompt_template": "{task} {history} {observation}", "policy.history_length": 2,
+        "run.total_timesteps": 8_000, "eval.freq": 2, "eval.n_tasks": 12, "eval.copies": 6,
     },
     # All six ALFWorld task types on the small set (pick, look, clean, heat, cool, pick two).
     "alfworld-all": {
-        "env": "milegpo/ALFWorld-v0",
-        "env_kwargs": {"size": "small", "task_types": [1, 2, 3, 4, 5, 6], "max_episode_steps": 30},
-        "eval_splits": ["eval_id", "eval_ood"], "credit_preset": "alfworld",
-        "prompt_template": "{task} {history} {observation}", "history_length": 2,
-        "total_timesteps": 8_000, "eval_freq": 2, "n_eval_tasks": 12, "eval_copies": 6,
+        "env.id": "milegpo/ALFWorld-v0",
+        "env.kwargs": {"size": "small", "task_types": [1, 2, 3, 4, 5, 6], "max_episode_steps": 30},
+        "eval.splits": ["eval_id", "eval_ood"], "algo.credit_preset": "alfworld",
+        "policy.prompt_template": "{task} {history} {observation}", "policy.history_length": 2,
+        "run.total_timesteps": 8_000, "eval.freq": 2, "eval.n_tasks": 12, "eval.copies": 6,
     },
 }
 
@@ -111,24 +111,33 @@ LABELS = {**METHOD_LABELS, **{name: label for name, (_, _, label) in VARIANTS.it
 def job_config(name: str, config: dict) -> dict:
     """``config`` for the method or variant ``name`` (MileGPO's per-env preset kept only for MileGPO)."""
     method, credit_kwargs, _ = VARIANTS.get(name, (name, {}, name))
-    config = {**config, "algo": method}
+    config = {**config, "algo.method": method}
     if credit_kwargs:
-        config["credit_kwargs"] = {**config.get("credit_kwargs", {}), **credit_kwargs}
+        config["algo.credit_kwargs"] = {**config.get("algo.credit_kwargs", {}), **credit_kwargs}
     if method != "milegpo":
-        config.pop("credit_preset", None)
+        config.pop("algo.credit_preset", None)
     return config
 
 
 def run_values(name: str, env: str, seed: int, shared: dict) -> dict:
-    """TrainConfig fields of the run of method or variant ``name`` on ``env`` with ``seed``."""
-    return job_config(name, {"total_timesteps": 12_000, **shared, **ENVS[env], "seed": seed})
+    """The settings (dotted names, over :func:`base_config`) of the run of method or variant ``name``
+    on ``env`` with ``seed``."""
+    return job_config(name, {"run.total_timesteps": 12_000, **shared, **ENVS[env], "run.seed": seed})
 
 
 def warm_start_values(env: str, seed: int, algo: str = "milegpo") -> dict:
-    """TrainConfig fields of a ``--warm-start`` run of ``env``, ``algo`` and ``seed`` under the
-    default shared config (other benchmarks build the same starting policy from them)."""
+    """The settings of a ``--warm-start`` run of ``env``, ``algo`` and ``seed`` under the default
+    shared config (other benchmarks build the same starting policy from them)."""
     shared = json.loads((ROOT / "learning_efficiency.json").read_text())
-    return {**run_values(algo, env, seed, shared), "warm_start": WARM_STARTS[env]}
+    return {**run_values(algo, env, seed, shared), "run.warm_start": WARM_STARTS[env]}
+
+
+def make_config(values: dict) -> Any:
+    """The TrainConfig of a run: the ``cpu-demo`` preset (``milegpo train``'s demo) with ``values``
+    (dotted setting names) on top."""
+    from milegpo.run.config import resolve_config
+
+    return resolve_config("cpu-demo").replace(**values)
 
 
 def starting_model(config: Any, folder: Path) -> Any:
@@ -137,8 +146,8 @@ def starting_model(config: Any, folder: Path) -> Any:
     from milegpo.envs import make_vec_env
     from milegpo.run.train import prepare_model, start_model
 
-    env = make_vec_env(config.env, n_tasks=config.n_tasks, group_size=config.group_size, seed=config.seed,
-                       env_kwargs=config.env_kwargs_for(config.train_split), subprocess=False)
+    env = make_vec_env(config.env.id, n_tasks=config.env.n_tasks, group_size=config.env.group_size,
+                       seed=config.run.seed, env_kwargs=config.env.kwargs_for(config.env.train_split), subprocess=False)
     try:
         return start_model(config, env, prepare_model(config, folder))
     finally:
@@ -150,9 +159,9 @@ def run_one(job: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from milegpo import TrainConfig, train
+    from milegpo import train
 
-    config = TrainConfig.from_dict(job["config"])
+    config = make_config(job["config"])
     run_dir = Path(job["run_dir"])
     # a run is done once it is in OUT.runs.jsonl; a folder left by a killed benchmark is started afresh
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -161,12 +170,12 @@ def run_one(job: dict) -> dict:
     curve = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
     finals = json.loads((run_dir / "eval_final.json").read_text())
     return {
-        "env": job["env"], "algo": job["name"], "seed": config.seed, "wall_s": time.time() - started,
+        "env": job["env"], "algo": job["name"], "seed": config.run.seed, "wall_s": time.time() - started,
         "curve": [{"num_timesteps": row["num_timesteps"], "success_rate": row["success_rate"],
                    "mean_score": row.get("mean_score")} for row in curve],
         "final": {split: result["success_rate"] for split, result in finals.items()},
         "final_score": {split: result.get("mean_score") for split, result in finals.items()},
-        "speed": _speed(run_dir / "progress.csv"), "budget": config.total_timesteps,
+        "speed": _speed(run_dir / "progress.csv"), "budget": config.run.total_timesteps,
     }
 
 
@@ -257,7 +266,7 @@ def write_table(table: dict, path: Path) -> None:
     for env, entry in table.items():
         rows = entry["algorithms"]
         metrics = [k for k in next(iter(rows.values())) if k != "n_seeds"]
-        lines += [f"**{env}** ({ENVS[env]['env']}; held-out success, mean ± std over seeds)", "",
+        lines += [f"**{env}** ({ENVS[env]['env.id']}; held-out success, mean ± std over seeds)", "",
                   "| algorithm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
         for algo, row in rows.items():
             lines.append(f"| {LABELS[algo]} | {row['n_seeds']} | "
@@ -296,8 +305,8 @@ def plot(runs: list[dict], path: Path) -> None:
             mean, std = values.mean(axis=0), values.std(axis=0)
             ax.plot(steps, mean, label=LABELS[algo], marker="o", markersize=3)
             ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
-        split = ENVS[env]["eval_splits"][0]
-        ax.set_title(f"{ENVS[env]['env']}\n(held-out {split}, {n_seeds} seeds)", fontsize=10)
+        split = ENVS[env]["eval.splits"][0]
+        ax.set_title(f"{ENVS[env]['env.id']}\n(held-out {split}, {n_seeds} seeds)", fontsize=10)
         ax.set_xlabel("env steps")
         ax.set_ylabel("success rate" if key == "success_rate" else "mean score")
         ax.set_ylim(bottom=-0.02)
@@ -344,9 +353,9 @@ def main() -> None:
                         help="env-step budget per run (default: the env's, else 12,000)")
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
     parser.add_argument("--config", default=str(ROOT / "learning_efficiency.json"),
-                        help="JSON file of TrainConfig fields shared by every run (model, optimiser, sizes)")
+                        help="JSON file of settings (dotted names over the cpu-demo preset) shared by every run")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
-                        help="override single fields of --config, e.g. learning_rate=0.003")
+                        help="override single settings of --config, e.g. algo.learning_rate=0.003")
     parser.add_argument("--out", default=str(RESULTS / "learning_efficiency"), help="output path prefix")
     parser.add_argument("--warm-start", action="store_true",
                         help="every run starts from the env's supervised warm start (WARM_STARTS)")
@@ -371,9 +380,9 @@ def main() -> None:
                     continue
                 config = run_values(algo, env, seed, shared)
                 if args.warm_start:
-                    config["warm_start"] = WARM_STARTS[env]
+                    config["run.warm_start"] = WARM_STARTS[env]
                 if args.steps is not None:
-                    config["total_timesteps"] = args.steps
+                    config["run.total_timesteps"] = args.steps
                 run_dir = ROOT / "runs" / out.name / f"{env}-{algo}-s{seed}"
                 jobs.append({"env": env, "name": algo, "config": config, "run_dir": str(run_dir)})
     print(f"{len(jobs)} runs to do, {len(done)} already in {runs_file}", flush=True)

@@ -51,10 +51,10 @@ def house_prompts(n: int) -> tuple[list[str], list[dict], list[list[tuple[str, s
 
 
 def policy_kwargs(args: argparse.Namespace, model: str) -> dict:
-    kwargs = {"model": model, "mode": "generate", "max_new_tokens": args.new_tokens, "history_length": 2,
-              "dtype": "float32", "device": "cpu", "lora": {"r": 16, "alpha": 32}}
+    kwargs = {"model": model, "mode": "generate", "think": False, "max_new_tokens": args.new_tokens,
+              "history_length": 2, "dtype": "float32", "lora": {"r": 16, "alpha": 32}}
     if args.backend != "hf":  # the HF loop is the default (and the only backend before the sampler room)
-        kwargs["rollout_backend"] = args.backend
+        kwargs["sampler"] = {"backend": args.backend}
         kwargs["trust_sampler_logprobs"] = args.trust_sampler_logprobs
     return kwargs
 
@@ -63,7 +63,7 @@ def measure_act(args: argparse.Namespace, model: str) -> dict[str, float]:
     from milegpo.policies import LLMPolicy
     from milegpo.envs.core import TextSpace
 
-    policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, **policy_kwargs(args, model))
+    policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, device="cpu", **policy_kwargs(args, model))
     observations, infos, histories = house_prompts(args.envs)
     times, tokens = [], []
     for call in range(args.repeats + 1):
@@ -85,7 +85,8 @@ def measure_rollout(args: argparse.Namespace, model: str) -> dict[str, float]:
 
     env = make_vec_env("milegpo/House-v0", n_tasks=args.envs // 8, group_size=8, seed=0,
                        env_kwargs={"max_episode_steps": args.horizon})
-    algo = MileGPO("LLMPolicy", env, learning_rate=1e-5, seed=0, policy_kwargs=policy_kwargs(args, model))
+    algo = MileGPO("LLMPolicy", env, learning_rate=1e-5, kl_coef=0.0, seed=0, device="cpu",
+                   policy_kwargs=policy_kwargs(args, model))
     _, callback = algo._setup_learn(10**9, None)
     for _ in range(2):
         algo.collect_rollouts(env, callback, algo.rollout_buffer, 0)

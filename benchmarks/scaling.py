@@ -40,11 +40,11 @@ def run(nproc: int, args: argparse.Namespace, folder: Path) -> dict[str, float]:
     run_dir = folder / f"nproc{nproc}"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(29400 + nproc), "-m", "milegpo", "train",
-               "--run-dir", str(run_dir), "--steps", str(args.steps), "--n-tasks", str(args.n_tasks),
-               "--group-size", str(args.group_size), "--eval-split", "none", "--checkpoint-freq", "1000",
-               "--device", args.device, "--mode", args.mode, "--no-progress-bar", *args.extra]
+               "--run-dir", str(run_dir), f"run.total_timesteps={args.steps}", f"env.n_tasks={args.n_tasks}",
+               f"env.group_size={args.group_size}", "eval.splits=[]", "run.checkpoint_freq=1000",
+               f"run.device={args.device}", f"policy.mode={args.mode}", "--no-progress-bar", *args.extra]
     if args.model:
-        command += ["--model", args.model]
+        command += ["--policy.model", args.model]
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, args.threads // nproc))}
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)

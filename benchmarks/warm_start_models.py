@@ -25,7 +25,6 @@ so their ratios between models hold.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -37,34 +36,35 @@ import torch
 
 import learning_efficiency
 from milegpo import TrainConfig
-from milegpo.algos.warm_start import WarmStartConfig, behaviour_clone, collect_demonstrations, nll_backward
+from milegpo.algos.warm_start import behaviour_clone, collect_demonstrations, nll_backward
+from milegpo.config import WarmStartConfig
 from milegpo.envs import make_env
 from milegpo.run.train import evaluate_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-#: name -> TrainConfig fields of the learner (the first is the benchmarks' own).
+#: name -> settings (dotted names) of the learner (the first is the benchmarks' own).
 MODELS: dict[str, dict] = {
-    "tiny 32×1 (the benchmarks')": {"tiny_hidden_size": 32, "tiny_layers": 1, "tiny_heads": 2},
-    "tiny 128×2": {"tiny_hidden_size": 128, "tiny_layers": 2, "tiny_heads": 4},
-    "tiny 256×4": {"tiny_hidden_size": 256, "tiny_layers": 4, "tiny_heads": 4},
-    "SmolLM2-135M": {"model": "smollm2-135m", "micro_batch_tokens": 1024},
+    "tiny 32×1 (the benchmarks')": {"run.tiny_model": {"hidden_size": 32, "layers": 1, "heads": 2}},
+    "tiny 128×2": {"run.tiny_model": {"hidden_size": 128, "layers": 2, "heads": 4}},
+    "tiny 256×4": {"run.tiny_model": {"hidden_size": 256, "layers": 4, "heads": 4}},
+    "SmolLM2-135M": {"policy.model": "smollm2-135m", "algo.micro_batch_tokens": 1024},
 }
 
 
 def run_config(env_name: str, fields: dict, seed: int) -> TrainConfig:
     """The learning benchmark's warm-start config of ``env_name``, with the learner ``fields``."""
     values = {**learning_efficiency.warm_start_values(env_name, seed), **fields}
-    if values.get("model") == "smollm2-135m":
+    if values.get("policy.model") == "smollm2-135m":
         from milegpo.policies.smollm import smollm2_path
 
-        values["model"] = smollm2_path()
-    return TrainConfig.from_dict(values)
+        values["policy.model"] = smollm2_path()
+    return learning_efficiency.make_config(values)
 
 
 def sample_states(config: TrainConfig, count: int, seed: int) -> list[tuple[str, dict, list]]:
     """``count`` (observation, info, history) triples from random play on the training tasks."""
-    env = make_env(config.env, **config.env_kwargs_for(config.train_split))
+    env = make_env(config.env.id, **config.env.kwargs_for(config.env.train_split))
     rng = random.Random(seed)
     states: list[tuple[str, dict, list]] = []
     try:
@@ -105,13 +105,13 @@ def estimate_run_seconds(config: TrainConfig, units: dict[str, float], demo_step
                          episode_length: float) -> dict[str, float]:
     """Seconds of one benchmark run spent in the model (the units times the run's counts)."""
     decision, train = units["decision_ms"] / 1e3, units["train_ms"] / 1e3
-    warm = WarmStartConfig.from_dict(config.warm_start or {})
-    steps_per_iteration = config.n_tasks * config.group_size * episode_length
-    iterations = config.total_timesteps / steps_per_iteration
-    evals = iterations / config.eval_freq + 1 + len(config.eval_splits)  # the curve, its start, the final splits
-    eval_decisions = evals * config.n_eval_tasks * config.eval_copies * episode_length
-    out = {"warm_start": demo_steps * warm.epochs * train, "rollout": config.total_timesteps * decision,
-           "update": config.total_timesteps * config.n_epochs * train, "eval": eval_decisions * decision}
+    warm = config.run.warm_start or WarmStartConfig()
+    steps_per_iteration = config.env.n_tasks * config.env.group_size * episode_length
+    iterations = config.run.total_timesteps / steps_per_iteration
+    evals = iterations / config.eval.freq + 1 + len(config.eval.splits)  # the curve, its start, the final splits
+    eval_decisions = evals * config.eval.n_tasks * config.eval.copies * episode_length
+    out = {"warm_start": demo_steps * warm.epochs * train, "rollout": config.run.total_timesteps * decision,
+           "update": config.run.total_timesteps * config.algo.n_epochs * train, "eval": eval_decisions * decision}
     out["total"] = sum(out.values())
     return out
 
@@ -120,7 +120,7 @@ def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_
             zero_shot: bool, workdir: Path) -> dict:
     config = run_config(env_name, fields, seed)
     # cold: the warm start below is timed and run step by step
-    model = learning_efficiency.starting_model(dataclasses.replace(config, warm_start=None),
+    model = learning_efficiency.starting_model(config.replace(**{"run.warm_start": None}),
                                                workdir / name.split()[0] / name.replace(" ", "_"))
     policy = model.policy
     row: dict = {"model": name, "fields": fields,
@@ -128,23 +128,24 @@ def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_
                  "trainable_parameters": sum(p.numel() for p in policy.trainable_parameters())}
     if zero_shot:  # one episode per task: a 135M model's full evaluation takes too long on a CPU
         started = time.perf_counter()
-        result = evaluate_model(model, dataclasses.replace(config, eval_copies=1), splits=["eval_id"])["eval_id"]
+        result = evaluate_model(model, config.replace(**{"eval.copies": 1}), splits=["eval_id"])["eval_id"]
         row["zero_shot"], row["zero_shot_episodes"] = result["success_rate"], result["n_tasks"]
         row["zero_shot_eval_s"] = time.perf_counter() - started
-    warm = WarmStartConfig.from_dict(config.warm_start)
-    demo_env = make_env(config.env, **{**config.env_kwargs_for(config.train_split), **warm.env_kwargs})
+    warm = config.run.warm_start
+    assert warm is not None
+    demo_env = make_env(config.env.id, **{**config.env.kwargs_for(config.env.train_split), **warm.env_kwargs})
     try:
         samples, demonstrator = collect_demonstrations(policy, demo_env, warm.episodes, warm.epsilon, seed)
     finally:
         demo_env.close()
     row["units"] = time_units(policy, sample_states(config, states, seed), samples[:warm.batch_size],
-                              config.micro_batch_tokens)
+                              config.algo.micro_batch_tokens)
     row["estimate_s"] = estimate_run_seconds(config, row["units"], len(samples), demonstrator["mean_length"])
     row["demonstration_steps"] = len(samples)
     if row["estimate_s"]["warm_start"] <= max_fit_s:
         started = time.perf_counter()
         behaviour_clone(policy, samples, warm.epochs, warm.learning_rate, warm.batch_size, seed,
-                        config.micro_batch_tokens)
+                        config.algo.micro_batch_tokens)
         row["fit_s"] = time.perf_counter() - started
         row["start"] = evaluate_model(model, config, splits=["eval_id"])["eval_id"]["success_rate"]
     return row

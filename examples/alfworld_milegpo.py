@@ -18,7 +18,7 @@ GPU, the paper's model writing ``<action>...</action>`` itself::
     python examples/alfworld_milegpo.py --model Qwen/Qwen2.5-1.5B-Instruct --mode generate --think \\
         --device cuda --n-tasks 16 --group-size 8 --horizon 50 --lr 1e-6 --kl-coef 0.01 --steps 1000000
 
-(``milegpo train --config configs/paper_alfworld_gpu.json`` runs the full paper setting.)
+(``milegpo train --preset paper-alfworld`` runs the full paper setting.)
 The run folder (``--out``) gets SB3's logs (``progress.csv``), ``credit_diagnostics.jsonl``,
 the final checkpoint and ``trajectory_credit.png``: the per-step credit of one trajectory
 of the last batch under GRPO, GiGPO, GraphGPO and MileGPO.

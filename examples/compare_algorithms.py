@@ -1,16 +1,16 @@
 """GRPO, GiGPO, GraphGPO and MileGPO side by side: same env, model, budget and seed.
 
 The four algorithms share the rollouts, the buffer, the update and the logging and
-differ only by their credit function, so one :class:`~milegpo.run.train.TrainConfig` with
-another ``algo`` is a fair comparison. The base model is built (or named) once and
+differ only by their credit function, so one :class:`~milegpo.run.config.TrainConfig` with
+another ``algo.method`` is a fair comparison. The base model is built (or named) once and
 every run starts from it; every run draws the same tasks (same seed). Each run is a
 normal run folder under ``--out`` (logs, plots, checkpoints). The shared setting is
-:class:`TrainConfig`'s defaults (the CPU demo: House, a tiny LM, choose mode) or a
-config file; flags override single fields.
+``milegpo train``'s: a preset (default: the CPU demo, House with a tiny LM in choose mode) or
+config files, with ``section.field=value`` overrides on top.
 
-    python examples/compare_algorithms.py                     # House, tiny LM, 24k env steps each (3 min here)
-    python examples/compare_algorithms.py --steps 6000        # a quick look (measured: 86 s on 2 shared cores)
-    python examples/compare_algorithms.py --config configs/paper_alfworld_gpu.json --steps 200000   # GPU
+    python examples/compare_algorithms.py                        # House, tiny LM, 24k env steps each (3 min here)
+    python examples/compare_algorithms.py run.total_timesteps=6000   # a quick look (measured: 86 s on 2 shared cores)
+    python examples/compare_algorithms.py --preset paper-alfworld run.total_timesteps=200000   # GPU
 
 One seed is an anecdote: for means and spreads over seeds, learning curves and the
 README's table use ``benchmarks/learning_efficiency.py``.
@@ -19,7 +19,6 @@ README's table use ``benchmarks/learning_efficiency.py``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import time
@@ -27,13 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from milegpo import TrainConfig, train
+from milegpo.run.config import DEMO_PRESET, PRESETS, resolve_config
 from milegpo.run.plots import METHOD_LABELS, read_progress
 from milegpo.run.train import prepare_model
 
 ALGOS = ("grpo", "gigpo", "graphgpo", "milegpo")
-#: The flags that override a TrainConfig field of the same name.
-CONFIG_FLAGS = ("env", "env_kwargs", "eval_splits", "total_timesteps", "n_tasks", "group_size", "n_eval_tasks", "model",
-                "device", "seed")
 
 
 def last_train_success(run_dir: Path) -> float:
@@ -43,27 +40,17 @@ def last_train_success(run_dir: Path) -> float:
 
 
 def parse_config(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]:
-    """The shared TrainConfig: ``--config`` with the flags that were given on top."""
+    """The shared config, resolved as ``milegpo train`` resolves it (preset, files, overrides)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="JSON file of TrainConfig fields shared by the runs (default: the CPU demo)")
+    parser.add_argument("overrides", nargs="*", metavar="section.field=VALUE", help="settings shared by the runs")
+    parser.add_argument("--preset", choices=PRESETS, default=None, help=f"default: {DEMO_PRESET} unless --config")
+    parser.add_argument("--config", action="append", default=[], help="YAML or JSON file of settings (repeatable)")
     parser.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
     parser.add_argument("--out", default="runs/compare", help="folder of the runs")
     parser.add_argument("--no-progress-bar", action="store_true")
-    fields = parser.add_argument_group("TrainConfig fields (override --config)")
-    fields.add_argument("--env", help="registered env id")
-    fields.add_argument("--env-kwargs", type=json.loads, help="JSON object of env arguments")
-    fields.add_argument("--eval-splits", nargs="+", help="held-out splits")
-    fields.add_argument("--steps", dest="total_timesteps", type=int, help="env-step budget of each run")
-    fields.add_argument("--n-tasks", type=int, help="tasks per iteration")
-    fields.add_argument("--group-size", type=int, help="rollouts per task (K)")
-    fields.add_argument("--n-eval-tasks", type=int, help="held-out tasks per split")
-    fields.add_argument("--model", help="hub name or local path of a causal LM (default: a tiny offline LM)")
-    fields.add_argument("--device", help="auto | cpu | cuda")
-    fields.add_argument("--seed", type=int)
     args = parser.parse_args(argv)
-    overrides = {name: getattr(args, name) for name in CONFIG_FLAGS if getattr(args, name) is not None}
-    config = TrainConfig.from_file(args.config) if args.config else TrainConfig()
-    return TrainConfig.from_dict({**dataclasses.asdict(config), **overrides}), args
+    preset = args.preset or (None if args.config else DEMO_PRESET)
+    return resolve_config(preset, args.config, args.overrides), args
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -71,11 +58,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     shared, args = parse_config(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    shared.model = prepare_model(shared, out)  # one base model (out/base_model) for every algorithm
+    # one base model (out/base_model) for every algorithm
+    shared = shared.replace(**{"policy.model": prepare_model(shared, out)})
 
     results: dict[str, dict[str, Any]] = {}
     for algo in args.algos:
-        config = dataclasses.replace(shared, algo=algo)
+        config = shared.replace(**{"algo.method": algo})
         started = time.perf_counter()
         run_dir = train(config, run_dir=out / algo, progress_bar=not args.no_progress_bar, verbose=0)
         final = json.loads((run_dir / "eval_final.json").read_text())
@@ -84,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         print(f"{METHOD_LABELS[algo]} done in {results[algo]['wall_s']:.0f} s", flush=True)
 
     splits = list(final)
-    print(f"\nheld-out success on {shared.env}, {shared.total_timesteps} env steps, seed {shared.seed}:")
+    print(f"\nheld-out success on {shared.env.id}, {shared.run.total_timesteps} env steps, seed {shared.run.seed}:")
     print(f"{'algorithm':10s}" + "".join(f"{s:>10s}" for s in splits) + f"{'train*':>10s}{'time (s)':>10s}")
     for algo, row in results.items():
         print(f"{METHOD_LABELS[algo]:10s}" + "".join(f"{row[s]:10.3f}" for s in splits)

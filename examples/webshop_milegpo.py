@@ -1,4 +1,4 @@
-"""MileGPO on WebShop, trained and evaluated with one :class:`~milegpo.run.train.TrainConfig`.
+"""MileGPO on WebShop, trained and evaluated with one :class:`~milegpo.run.config.TrainConfig`.
 
 ``milegpo.run.train.train(config, run_dir)`` is what ``milegpo train`` runs: it builds the
 grouped env, the model (a tiny offline LM when ``--model`` is not given), the
@@ -18,7 +18,7 @@ stayed rare)::
 
     python examples/webshop_milegpo.py
 
-GPU, the paper's model (or ``milegpo train --config configs/paper_webshop_gpu.json``)::
+GPU, the paper's model (or ``milegpo train --preset paper-webshop``)::
 
     python examples/webshop_milegpo.py --model Qwen/Qwen2.5-1.5B-Instruct --mode generate --think --device cuda \\
         --n-tasks 16 --group-size 8 --steps 500000
@@ -32,37 +32,23 @@ from pathlib import Path
 from typing import Any
 
 from milegpo import TrainConfig, train
+from milegpo.config import AlgoConfig, PolicyConfig
+from milegpo.run.config import EnvConfig, EvalConfig, RunConfig
 
 
 def make_config(args: argparse.Namespace) -> TrainConfig:
+    """The defaults are the paper's; a tiny CPU model needs a larger step and no KL anchor."""
     gpu_model = args.model is not None
     return TrainConfig(
-        algo="milegpo",
-        env="milegpo/WebShop-v0",
-        env_kwargs={"success_reward": 10.0, "max_episode_steps": args.horizon},
-        train_split="train",
-        eval_splits=["eval"],
-        model=args.model,
-        mode=args.mode,
-        prompt_template="webshop",
-        candidate_score="mean",  # choose mode: length-normalised command scores (no bias to short commands)
-        think=args.think,
-        history_length=2,  # the last 2 observation/action pairs in the prompt (papers)
-        max_prompt_tokens=4096,
-        n_tasks=args.n_tasks,
-        group_size=args.group_size,
-        total_timesteps=args.steps,
-        learning_rate=1e-6 if gpu_model else 3e-3,
-        kl_coef=0.01 if gpu_model else 0.0,
-        ent_coef=0.001,
-        credit_preset="webshop",
-        n_eval_tasks=args.n_eval_tasks,
-        eval_copies=4,
-        eval_temperature=0.4,  # sampled held-out evaluation, as the papers
-        eval_freq=args.eval_freq,
-        checkpoint_freq=args.eval_freq,
-        device=args.device,
-        seed=args.seed,
+        env=EnvConfig(id="milegpo/WebShop-v0", kwargs={"success_reward": 10.0, "max_episode_steps": args.horizon},
+                      train_split="train", n_tasks=args.n_tasks, group_size=args.group_size),
+        algo=AlgoConfig(learning_rate=1e-6 if gpu_model else 3e-3, kl_coef=0.01 if gpu_model else 0.0,
+                        credit_preset="webshop"),
+        policy=PolicyConfig(
+            model=args.model, mode=args.mode, think=args.think, prompt_template="webshop", max_prompt_tokens=4096,
+            candidate_score="mean"),  # choose mode: length-normalised command scores (no bias to short commands)
+        eval=EvalConfig(splits=["eval"], n_tasks=args.n_eval_tasks, copies=4, freq=args.eval_freq),
+        run=RunConfig(total_timesteps=args.steps, checkpoint_freq=args.eval_freq, device=args.device, seed=args.seed),
     )
 
 

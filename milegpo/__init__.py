@@ -27,7 +27,11 @@ _LAZY = {
     "register_env": "milegpo.envs",
     "make_env": "milegpo.envs",
     "make_vec_env": "milegpo.envs",
-    "TrainConfig": "milegpo.run.train",
+    "AlgoConfig": "milegpo.config",
+    "PolicyConfig": "milegpo.config",
+    "LoraConfig": "milegpo.config",
+    "SamplerConfig": "milegpo.config",
+    "TrainConfig": "milegpo.run.config",
     "train": "milegpo.run.train",
 }
 

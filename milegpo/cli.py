@@ -14,6 +14,7 @@ the exit code. To add a subcommand::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import os
@@ -21,8 +22,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from milegpo.credit import CREDIT_METHODS
-from milegpo.options import MODES, ROLLOUT_BACKENDS
 
 #: Functions adding one subcommand each to the ``milegpo`` parser, in help order.
 SUBCOMMANDS: list[Callable[[Any], None]] = []
@@ -144,82 +143,106 @@ def _read_command(commands: list[str] | None, stdin: TextIO, stdout: TextIO) -> 
 
 
 # ---------------------------------------------------------------------- train
-#: command-line flag -> (TrainConfig field, type, what the flag adds to the field's description);
-#: the description itself is the TrainConfig docstring's. Flags left unset keep the config's value.
-TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--algo": ("algo", str, ""),
-    "--env": ("env", str, ""),
-    "--model": ("model", str, ""),
-    "--mode": ("mode", str, ""),
-    "--group-size": ("group_size", int, ""),
-    "--n-tasks": ("n_tasks", int, ""),
-    "--steps": ("total_timesteps", int, ""),
-    "--lr": ("learning_rate", float, ""),
-    "--lora-r": ("lora_r", int, ""),
-    "--kl-coef": ("kl_coef", float, ""),
-    "--credit-preset": ("credit_preset", str, ""),
-    "--n-eval-tasks": ("n_eval_tasks", int, ""),
-    "--eval-freq": ("eval_freq", int, ""),
-    "--checkpoint-freq": ("checkpoint_freq", int, ""),
-    "--train-split": ("train_split", str, "'none': the env has no splits"),
-    "--rollout-backend": ("rollout_backend", str, "vllm needs pip install 'milegpo[vllm]'"),
-    "--device": ("device", str, ""),
-    "--seed": ("seed", int, ""),
-    "--report-to": ("report_to", str, "comma-separated, or none"),
-}
-
-#: one algorithm per credit method (milegpo.algos.ALGORITHMS; the credit package imports no torch)
-TRAIN_CHOICES = {"algo": CREDIT_METHODS, "mode": MODES, "rollout_backend": ROLLOUT_BACKENDS}
-#: split names meaning "no split"
-NO_SPLIT = ("none", "null")
+#: the flags of earlier versions that have another name now (their settings: TrainConfig's RENAMED)
+_OLD_FLAGS = ("--algo", "--env", "--model", "--mode", "--group-size", "--n-tasks", "--steps", "--lr", "--lora-r",
+              "--kl-coef", "--credit-preset", "--n-eval-tasks", "--eval-freq", "--checkpoint-freq", "--train-split",
+              "--rollout-backend", "--device", "--seed", "--report-to", "--eval-split", "--env-kwargs", "--warm-start")
 
 
 @subcommand
 def _train_parser(subparsers: Any) -> None:
-    from milegpo.run.train import TrainConfig
+    from milegpo.run.config import DEMO_PRESET, PRESETS, TrainConfig, describe_value, leaves, lookup, resolve_config
 
-    defaults = TrainConfig()
+    defaults, demo = TrainConfig(), resolve_config(DEMO_PRESET)
     parser = subparsers.add_parser(
-        "train", help="train an agent (no arguments: the CPU demo, MileGPO on milegpo/House-v0)",
-        description="Train MileGPO (or a baseline) and write a run folder with logs, plots and checkpoints. "
-                    "Flags override the --config file; defaults shown are the CPU demo's.",
+        "train", help=f"train an agent (no arguments: the {DEMO_PRESET} preset, MileGPO on milegpo/House-v0 on a CPU)",
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+        usage="milegpo train [--preset NAME] [--config FILE] [--print-config] [--run-dir DIR] [--resume DIR]\n"
+              "                     [--section.field VALUE | section.field=VALUE ...]",
+        description="Train MileGPO (or a baseline) and write a run folder with logs, plots and checkpoints.\n\n"
+                    "Settings are layered: the defaults (the paper's), then --preset, then --config files, then "
+                    "overrides,\ngiven as --section.field VALUE or section.field=VALUE (e.g. algo.learning_rate=1e-5 "
+                    "eval.splits=[eval_id]).\n"
+                    f"Without --preset and --config the preset is {DEMO_PRESET}. --print-config shows the result.",
     )
-    parser.add_argument("--config", help="JSON file of TrainConfig fields (flags override it)")
-    described = TrainConfig.field_help()
-    for flag, (field, kind, note) in TRAIN_FLAGS.items():
-        help_text = f"{described[field]}{f'; {note}' if note else ''} (default: {getattr(defaults, field)})"
-        parser.add_argument(flag, dest=field, type=kind, default=None, help=help_text, choices=TRAIN_CHOICES.get(field))
-    parser.add_argument("--eval-split", dest="eval_splits", action="append", default=None,
-                        help=f"held-out split, repeatable; 'none': no evaluation (default: {' '.join(defaults.eval_splits)})")
-    parser.add_argument("--env-kwargs", type=env_kwargs_type, default=None, help="JSON object of env constructor arguments")
-    parser.add_argument("--warm-start", type=env_kwargs_type, default=None, metavar="JSON",
-                        help="behaviour-clone the env's noisy scripted expert before RL, e.g. "
-                             "'{\"episodes\": 64, \"epsilon\": 0.3}' (keys: milegpo.algos.warm_start.WarmStartConfig)")
+    parser.add_argument("overrides", nargs="*", metavar="section.field=VALUE", help="settings to change")
+    parser.add_argument("--preset", choices=PRESETS, default=None,
+                        help=f"a named set of settings over the defaults (default: {DEMO_PRESET} when no --config is given)")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE",
+                        help="YAML or JSON file of settings (nested as in --print-config); repeatable, later wins")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<algo>-<env>-<time>)")
     parser.add_argument("--resume", metavar="RUN_DIR", default=None,
-                        help="continue a run from its newest intact checkpoint (its logs are cut back to it)")
+                        help="continue a run from its newest intact checkpoint (its logs are cut back to it); its saved "
+                             "config is the base, overrides apply on top (e.g. run.total_timesteps=N to train further)")
     parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
                         help="console: 0 nothing, 1 one line per iteration (default), 2 every logged value")
+    for section in ("env", "algo", "policy", "eval", "run"):
+        group = parser.add_argument_group(f"{section} settings")
+        for name, kind, text in leaves():
+            if name.split(".")[0] != section:
+                continue
+            default, preset = lookup(defaults, name), lookup(demo, name)
+            shown = f"default: {describe_value(default)}" + (
+                f"; {DEMO_PRESET}: {describe_value(preset)}" if preset != default else "")
+            group.add_argument(f"--{name}", dest=name, default=None, metavar=_metavar(kind),
+                               help=f"{text} ({shown})".replace("%", "%%"))
     parser.set_defaults(func=run_train)
 
 
-def _train_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainConfig fields set on the command line."""
-    overrides = {field: getattr(args, field) for field, _, _ in TRAIN_FLAGS.values() if getattr(args, field) is not None}
-    if str(overrides.get("train_split", "")).lower() in NO_SPLIT:
-        overrides["train_split"] = None
-    if args.eval_splits is not None:
-        overrides["eval_splits"] = [split for split in args.eval_splits if split.lower() not in NO_SPLIT]
-    if args.env_kwargs is not None:
-        overrides["env_kwargs"] = args.env_kwargs
-    if args.warm_start is not None:
-        overrides["warm_start"] = args.warm_start
-    if "report_to" in overrides:
-        from milegpo.run.tracking import parse_report_to
+def _metavar(annotation: Any) -> str:
+    """The kind of value a setting takes, for --help: ``int``, ``float|null``, ``[str,...]``, ``{key:value}``."""
+    import typing
 
-        overrides["report_to"] = parse_report_to(overrides["report_to"])
-    return overrides
+    args = typing.get_args(annotation)
+    if type(None) in args:  # X | None
+        return f"{_metavar(next(a for a in args if a is not type(None)))}|null"
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        return f"[{_metavar(args[0])},...]"
+    if origin is dict or (isinstance(annotation, type) and dataclasses.is_dataclass(annotation)):
+        return "{key:value}"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _config_from_args(args: argparse.Namespace) -> Any:
+    """The run's config from --resume / --preset / --config and the overrides (``ValueError`` naming what is wrong)."""
+    from milegpo.run.config import DEMO_PRESET, RENAMED, TrainConfig, resolve_config
+    from milegpo.run_folder import CONFIG_FILE
+
+    overrides = [f"{name}={value}" for name, value in vars(args).items() if "." in name and value is not None]
+    for item in args.overrides:
+        if "=" not in item:
+            hint = f" (the flag --{item.lstrip('-')} is now --{RENAMED[item]})" if item in RENAMED else ""
+            raise ValueError(f"unexpected argument {item!r}: overrides are section.field=VALUE{hint}")
+        overrides.append(item)
+    if args.resume:
+        if not os.path.isfile(os.path.join(args.resume, CONFIG_FILE)):
+            raise FileNotFoundError(f"{args.resume!r} is not a run folder (no {CONFIG_FILE}); pass the folder "
+                                    "`milegpo train` wrote")
+        if args.preset or args.config:
+            raise ValueError("--resume continues a run with its saved config: give overrides, not --preset/--config")
+        base = TrainConfig.from_file(os.path.join(args.resume, CONFIG_FILE))
+        return resolve_config(overrides=overrides, base=base)
+    preset = args.preset or (None if args.config else DEMO_PRESET)
+    if preset == DEMO_PRESET and not args.preset and args.verbose and not args.print_config:
+        print(f"Using the {DEMO_PRESET} preset (MileGPO on milegpo/House-v0 with an offline tiny model); "
+              "--preset or --config for other settings, --print-config to see them all")
+    return resolve_config(preset, args.config, overrides)
+
+
+def _refuse_old_flags(argv: Sequence[str]) -> None:
+    """An old ``milegpo train`` flag fails with its new name (they were renamed into the config's sections)."""
+    from milegpo.run.config import RENAMED
+
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in _OLD_FLAGS:
+            new = RENAMED[flag[2:].replace("-", "_")]
+            print(f"milegpo train: error: {flag} is now --{new} (or {new}=VALUE); see milegpo train --help",
+                  file=sys.stderr)
+            raise SystemExit(2)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -227,21 +250,16 @@ def run_train(args: argparse.Namespace) -> int:
     from milegpo.algos.errors import TrainingError
     from milegpo.envs import UnknownEnvError
     from milegpo.envs.vec_worker import EnvWorkerError
-    from milegpo.run.train import TrainConfig, train
-    from milegpo.run_folder import CONFIG_FILE
+    from milegpo.run.train import train
 
     run_dir = args.resume or args.run_dir
     try:
-        if args.resume:
-            if not os.path.isfile(os.path.join(args.resume, CONFIG_FILE)):
-                raise FileNotFoundError(f"{args.resume!r} is not a run folder (no {CONFIG_FILE}); pass the folder "
-                                        "`milegpo train` wrote")
-            config = TrainConfig.from_file(f"{args.resume}/{CONFIG_FILE}")
-        elif args.config:
-            config = TrainConfig.from_file(args.config)
-        else:
-            config = TrainConfig()
-        config = TrainConfig.from_dict({**config.__dict__, **_train_overrides(args)})
+        config = _config_from_args(args)
+        if args.print_config:
+            import yaml
+
+            print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+            return 0
         train(config, run_dir=run_dir, resume=bool(args.resume), progress_bar=not args.no_progress_bar,
               verbose=args.verbose)
     except (ValueError, FileNotFoundError, ImportError, UnknownEnvError, CheckpointError) as exc:
@@ -275,7 +293,7 @@ def resume_hint(run_dir: str | None) -> str:
 def _eval_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a run folder on held-out tasks",
                                    description="Success of a run's final (else latest) checkpoint on held-out splits. "
-                                               "Actions are sampled at the run's eval_temperature (greedy when it is "
+                                               "Actions are sampled at the run's eval.temperature (greedy when it is "
                                                "null) with a fixed seed per split: the same checkpoint, split and "
                                                "settings always give the same number.")
     parser.add_argument("run_dir", help="a folder written by `milegpo train`")
@@ -289,7 +307,7 @@ def _eval_parser(subparsers: Any) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
-    from milegpo.run.train import TrainConfig, evaluate_model, load_run
+    from milegpo.run.train import evaluate_model, load_run
 
     try:
         if args.n_tasks is not None and args.n_tasks < 1:
@@ -297,15 +315,15 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.temperature is not None and args.temperature <= 0:
             raise ValueError(f"--temperature must be > 0 (--greedy for greedy actions), got {args.temperature}")
         config, model = load_run(args.run_dir)
-        if not (args.split or config.eval_splits):
-            raise ValueError("the run has no eval splits (its eval_splits is empty): pass --split NAME")
+        if not (args.split or config.eval.splits):
+            raise ValueError("the run has no eval splits (its eval.splits is empty): pass --split NAME")
         if args.greedy or args.temperature is not None:
-            config = TrainConfig.from_dict({**config.__dict__, "eval_temperature": None if args.greedy else args.temperature})
+            config = config.replace(**{"eval.temperature": None if args.greedy else args.temperature})
         results = evaluate_model(model, config, splits=args.split, n_tasks=args.n_tasks, progress=True)
     except (ValueError, FileNotFoundError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sampling = "greedy" if config.eval_temperature is None else f"sampled at T={config.eval_temperature:g}"
+    sampling = "greedy" if config.eval.temperature is None else f"sampled at T={config.eval.temperature:g}"
     for split, result in results.items():
         print(f"{split}: success {result['success_rate']:.3f}, mean return {result['mean_return']:.2f}, "
               f"mean length {result['mean_length']:.1f} over {result['n_episodes']} episodes of {result['n_tasks']} "
@@ -352,7 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``milegpo`` console script."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        _refuse_old_flags(argv[1:])
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)  # train's overrides may come between its flags
+    if extra and args.command == "train":
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args))
 
 

@@ -13,11 +13,13 @@ MODES = ("choose", "generate")
 CANDIDATE_SCORES = ("sum", "mean")
 #: generate mode: who samples the replies, the trainer's model ("hf") or a colocated vLLM engine
 ROLLOUT_BACKENDS = ("hf", "vllm")
+#: how the update averages the loss over a minibatch's units (generated tokens or choices)
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 #: per-env MileGPO hyperparameter presets (the paper's values; milegpo.credit.milegpo holds them)
 CREDIT_PRESETS = ("alfworld", "webshop")
 
 
-def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+def check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
     """``ValueError`` naming the setting and its choices unless ``value`` is one of them."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
@@ -26,9 +28,9 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
 def check_backend_for_mode(rollout_backend: str, mode: str) -> None:
     """vLLM samples generate-mode replies only: choose mode scores candidates with the trainer's model."""
     if rollout_backend != "hf" and mode != "generate":
-        raise ValueError(f"rollout_backend {rollout_backend!r} samples generate-mode replies; choose mode scores the "
-                         "candidates with the trainer's model: use mode 'generate' (--mode generate) or "
-                         "rollout_backend 'hf'")
+        raise ValueError(f"policy.sampler.backend {rollout_backend!r} samples generate-mode replies; choose mode scores the "
+                         "candidates with the trainer's model: use policy.mode=generate or "
+                         "policy.sampler.backend=hf")
 
 
 def check_known_keys(settings_class: type, values: dict[str, Any], what: str) -> None:

@@ -24,6 +24,7 @@ from milegpo.algos import (
     latest_checkpoint,
 )
 from milegpo.algos.update import optimizer_step
+from milegpo.config import AlgoConfig
 from milegpo.envs.house import HouseEnv
 from milegpo.envs.vec_env import make_vec_env
 
@@ -111,8 +112,12 @@ def test_wrong_env_and_non_plain_policy_kwargs_are_refused(model_path: str) -> N
         MileGPO("LLMPolicy", HouseEnv(), policy_kwargs=policy_kwargs(model_path))
     with pytest.raises(TypeError, match="make_vec_env"):
         MileGPO("LLMPolicy", "milegpo/House-v0", policy_kwargs=policy_kwargs(model_path))
-    with pytest.raises(TypeError, match="plain values"):
+    with pytest.raises(ValueError, match="policy.model must be a model name or path"):
         MileGPO("LLMPolicy", house(), policy_kwargs={**policy_kwargs(model_path), "model": object()})
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) policy.rollout_backend"):
+        MileGPO("LLMPolicy", house(), policy_kwargs={**policy_kwargs(model_path), "rollout_backend": "vllm"})
+    with pytest.raises(ValueError, match="GRPO assigns credit with 'grpo', but its config's method is 'milegpo'"):
+        GRPO("LLMPolicy", house(), AlgoConfig(), policy_kwargs=policy_kwargs(model_path))
 
 
 def test_non_finite_loss_skips_the_step(model_path: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -168,7 +173,8 @@ def test_save_load_gives_identical_logprobs_and_resumes_counters(model_path: str
     th.testing.assert_close(lp1, lp2, atol=1e-6, rtol=0)
     assert (loaded.num_timesteps, loaded._n_updates, loaded._iterations) == (
         model.num_timesteps, model._n_updates, model._iterations)
-    assert loaded.credit_preset == "alfworld" and loaded.learning_rate == model.learning_rate
+    assert loaded.config.credit_preset == "alfworld" and loaded.learning_rate == model.learning_rate
+    assert loaded.config == model.config and loaded.policy_config == model.policy_config
     s1, s2 = model.optimizer.state_dict()["state"], loaded.optimizer.state_dict()["state"]
     assert s1.keys() == s2.keys() and all(th.equal(s1[k]["exp_avg"], s2[k]["exp_avg"]) for k in s1)
 
@@ -272,8 +278,8 @@ def test_corrupt_or_mismatching_checkpoints_are_refused(model_path: str, tmp_pat
     _tamper_config(broken, lambda c: c.pop("files"))
     with pytest.raises(CheckpointError, match="optimizer state"):
         MileGPO.load(broken, env=house())
-    broken = copy("other_rank")  # the policy is built with r=4, the adapter has r=8
-    _tamper_config(broken, lambda c: c["policy"]["kwargs"].update(lora={"r": 4}))
+    broken = copy("other_rank")  # the policy is built with r=4, the adapter has r=16
+    _tamper_config(broken, lambda c: c["policy"]["config"]["lora"].update(r=4))
     with pytest.raises(CheckpointError, match="does not fit"):
         MileGPO.load(broken, env=house())
     broken = copy("other_base")

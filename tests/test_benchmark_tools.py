@@ -98,15 +98,16 @@ def test_a_small_learning_run_is_recorded_and_tabulated(tmp_path):
     runs = []
     for name in ("graphgpo", "milegpo", "milegpo_success_only"):
         config = learning_efficiency.job_config(name, {
-            **shared, **learning_efficiency.ENVS["webshop"], "seed": 0, "total_timesteps": 100,
-            "n_tasks": 2, "group_size": 4, "n_eval_tasks": 3, "eval_copies": 1, "eval_freq": 1})
+            **shared, **learning_efficiency.ENVS["webshop"], "run.seed": 0, "run.total_timesteps": 100,
+            "env.n_tasks": 2, "env.group_size": 4, "eval.n_tasks": 3, "eval.copies": 1, "eval.freq": 1})
         runs.append(learning_efficiency.run_one({"env": "webshop", "name": name, "config": config,
                                                  "run_dir": str(tmp_path / name)}))
     graph_config = json.loads((tmp_path / "graphgpo" / "config.json").read_text())
     variant_config = json.loads((tmp_path / "milegpo_success_only" / "config.json").read_text())
-    assert "credit_preset" not in graph_config or graph_config["credit_preset"] is None
-    assert variant_config["algo"] == "milegpo" and variant_config["credit_preset"] == "webshop"
-    assert variant_config["credit_kwargs"] == {"shape_failed_tasks": False}
+    assert graph_config["algo"]["credit_preset"] is None
+    variant = variant_config["algo"]
+    assert variant["method"] == "milegpo" and variant["credit_preset"] == "webshop"
+    assert variant["credit_kwargs"] == {"shape_failed_tasks": False}
     run = runs[1]
     assert [r["algo"] for r in runs] == ["graphgpo", "milegpo", "milegpo_success_only"]
     assert run["curve"][0]["num_timesteps"] == 0 and run["curve"][-1]["num_timesteps"] >= 100

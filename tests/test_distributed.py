@@ -53,9 +53,9 @@ def test_two_ranks_update_like_one_process(model_path: str, tmp_path: Path) -> N
 @pytest.mark.slow
 def test_torchrun_train_writes_one_run_folder_and_resumes_on_another_world_size(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    flags = ["--n-tasks", "2", "--group-size", "2", "--n-eval-tasks", "2", "--checkpoint-freq", "2",
-             "--eval-freq", "2", "--env-kwargs", '{"max_episode_steps": 8}', "--no-progress-bar"]
-    result = torchrun("-m", "milegpo", "train", "--steps", "96", "--run-dir", str(run), *flags)
+    flags = ["env.n_tasks=2", "env.group_size=2", "eval.n_tasks=2", "run.checkpoint_freq=2", "eval.freq=2",
+             "env.kwargs={max_episode_steps: 8}", "--no-progress-bar"]
+    result = torchrun("-m", "milegpo", "train", "run.total_timesteps=96", "--run-dir", str(run), *flags)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(run / "progress.csv") as f:
         rows = list(csv.DictReader(f))
@@ -67,7 +67,7 @@ def test_torchrun_train_writes_one_run_folder_and_resumes_on_another_world_size(
     assert (run / "final" / "config.json").exists() and (run / "eval_final.json").exists()
     assert sorted(p.name for p in run.iterdir() if p.suffix == ".csv") == ["progress.csv"]
 
-    resumed = subprocess.run([sys.executable, "-m", "milegpo", "train", "--resume", str(run), "--steps", "160",
+    resumed = subprocess.run([sys.executable, "-m", "milegpo", "train", "--resume", str(run), "run.total_timesteps=160",
                               "--no-progress-bar"], capture_output=True, text=True, env=ENV, timeout=300)
     assert resumed.returncode == 0 and "Resuming from" in resumed.stdout, resumed.stderr[-3000:]
     final = json.loads((run / "final" / "config.json").read_text())["counters"]["num_timesteps"]
@@ -75,7 +75,7 @@ def test_torchrun_train_writes_one_run_folder_and_resumes_on_another_world_size(
 
 
 def test_n_tasks_must_split_evenly_over_ranks(tmp_path: Path) -> None:
-    result = torchrun("-m", "milegpo", "train", "--n-tasks", "3", "--run-dir", str(tmp_path / "run"),
+    result = torchrun("-m", "milegpo", "train", "env.n_tasks=3", "--run-dir", str(tmp_path / "run"),
                       "--no-progress-bar", timeout=120)
     assert result.returncode != 0 and "must be a multiple of the number of processes (2)" in result.stderr
 

@@ -17,12 +17,11 @@ from gymnasium.envs.registration import load_env_creator
 from milegpo.run import plots
 from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory
 from milegpo.credit.batch import load_step_batch, save_step_batch
-from milegpo.run.train import TrainConfig
+from milegpo.run.config import PRESETS, TrainConfig, resolve_config
 from milegpo.run_folder import LAST_BATCH_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-CONFIGS = sorted((ROOT / "configs").glob("*.json"))
 
 
 def load_example(name: str):
@@ -73,51 +72,65 @@ def test_webshop_example_runs_the_papers_reward_and_preset(tmp_path):
          "--out", str(tmp_path), "--no-progress-bar"])  # fmt: skip
     assert set(results) == {"eval"} and 0.0 <= results["eval"]["success_rate"] <= 1.0
     config = TrainConfig.from_file(tmp_path / "config.json")
-    assert config.env_kwargs["success_reward"] == 10.0 and config.credit_preset == "webshop"
-    assert config.eval_splits == ["eval"]
+    assert config.env.kwargs["success_reward"] == 10.0 and config.algo.credit_preset == "webshop"
+    assert config.eval.splits == ["eval"]
     # the real batch of the run draws as a trajectory-credit plot
     assert plots.plot_run_trajectory_credit(tmp_path) == tmp_path / "trajectory_credit.png"
 
 
 def test_compare_algorithms_uses_one_base_model_for_all_four(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"eval_copies": 1, "eval_freq": 100}))
+    (tmp_path / "config.yaml").write_text("eval: {copies: 1, freq: 100}\n")
     results = load_example("compare_algorithms").main(
-        ["--config", str(tmp_path / "config.json"), "--steps", "10", "--n-tasks", "1", "--group-size", "2",
-         "--n-eval-tasks", "1", "--env-kwargs", '{"max_episode_steps": 5}', "--out", str(tmp_path / "runs"),
+        ["--preset", "cpu-demo", "--config", str(tmp_path / "config.yaml"), "run.total_timesteps=10", "env.n_tasks=1",
+         "env.group_size=2", "eval.n_tasks=1", "env.kwargs={max_episode_steps: 5}", "--out", str(tmp_path / "runs"),
          "--no-progress-bar"])  # fmt: skip
     assert list(results) == ["grpo", "gigpo", "graphgpo", "milegpo"]
     models = set()
     for algo, row in results.items():
         assert 0.0 <= row["eval_id"] <= 1.0 and 0.0 <= row["eval_ood"] <= 1.0 and 0.0 <= row["train_last"] <= 1.0
         run = TrainConfig.from_file(tmp_path / "runs" / algo / "config.json")
-        assert run.algo == algo and run.total_timesteps == 10 and run.env_kwargs == {"max_episode_steps": 5}
-        models.add(run.model)
+        assert run.algo.method == algo and run.run.total_timesteps == 10 and run.env.kwargs == {"max_episode_steps": 5}
+        assert run.eval.copies == 1 and run.policy.mode == "choose"  # the file over the preset
+        models.add(run.policy.model)
     assert models == {str(tmp_path / "runs" / "base_model")}
 
 
-# ------------------------------------------------------------------- configs
-@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
-def test_config_loads_and_its_env_kwargs_exist(path):
-    config = TrainConfig.from_file(path)
-    assert json.loads(path.read_text()).keys() <= {f.name for f in dataclasses.fields(TrainConfig)}
-    env_class = load_env_creator(gymnasium.spec(config.env).entry_point)
+# ------------------------------------------------------------------- presets
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_loads_and_its_env_kwargs_exist(name):
+    config = resolve_config(name)
+    env_class = load_env_creator(gymnasium.spec(config.env.id).entry_point)
     parameters = inspect.signature(env_class).parameters
-    assert set(config.env_kwargs) <= set(parameters), f"{path.name}: unknown env kwargs for {config.env}"
-    assert config.algo in ("milegpo", "graphgpo", "gigpo", "grpo")
+    assert set(config.env.kwargs) <= set(parameters), f"{name}: unknown env kwargs for {config.env.id}"
 
 
 @pytest.mark.parametrize("name, env, horizon, prompt_tokens, preset", [
-    ("paper_alfworld_gpu.json", "milegpo/ALFWorld-v0", 50, 2048, "alfworld"),
-    ("paper_webshop_gpu.json", "milegpo/WebShop-v0", 15, 4096, "webshop"),
+    ("paper-alfworld", "milegpo/ALFWorld-v0", 50, 2048, "alfworld"),
+    ("paper-webshop", "milegpo/WebShop-v0", 15, 4096, "webshop"),
 ])  # fmt: skip
-def test_paper_configs_hold_the_papers_setting(name, env, horizon, prompt_tokens, preset):
-    config = TrainConfig.from_file(ROOT / "configs" / name)
-    assert (config.env, config.env_kwargs["max_episode_steps"], config.max_prompt_tokens) == (env, horizon, prompt_tokens)
-    assert config.credit_preset == preset and config.env_kwargs["success_reward"] == 10.0
-    assert (config.model, config.mode, config.n_tasks, config.group_size) == ("Qwen/Qwen2.5-1.5B-Instruct", "generate", 16, 8)
-    assert (config.learning_rate, config.kl_coef, config.ent_coef, config.clip_range) == (1e-6, 0.01, 0.001, 0.2)
-    assert (config.temperature, config.eval_temperature, config.history_length) == (1.0, 0.4, 2)
-    assert config.think and config.dtype == "bf16" and config.device == "cuda"
+def test_paper_presets_hold_the_papers_setting(name, env, horizon, prompt_tokens, preset):
+    config = resolve_config(name)
+    policy, algo = config.policy, config.algo
+    assert (config.env.id, config.env.kwargs["max_episode_steps"], policy.max_prompt_tokens) == (env, horizon, prompt_tokens)
+    assert algo.credit_preset == preset and config.env.kwargs["success_reward"] == 10.0
+    assert (policy.model, policy.mode, config.env.n_tasks, config.env.group_size) == (
+        "Qwen/Qwen2.5-1.5B-Instruct", "generate", 16, 8)
+    assert (algo.learning_rate, algo.kl_coef, algo.ent_coef, algo.clip_range) == (1e-6, 0.01, 0.001, 0.2)
+    assert (policy.temperature, config.eval.temperature, policy.history_length) == (1.0, 0.4, 2)
+    assert policy.think and policy.dtype == "bf16" and config.run.device == "cuda"
+    assert policy.max_new_tokens == 512 and policy.sampler.backend == "vllm"
+
+
+def test_the_library_defaults_are_the_papers():
+    """One set of defaults: TrainConfig's, the algorithm's and the policy's are the same objects' defaults."""
+    from milegpo.config import AlgoConfig, PolicyConfig
+
+    config = TrainConfig()
+    assert config.algo == AlgoConfig() and config.policy == PolicyConfig()
+    assert (config.algo.learning_rate, config.algo.kl_coef, config.algo.ent_coef, config.algo.clip_range) == (
+        1e-6, 0.01, 0.001, 0.2)
+    assert (config.policy.mode, config.policy.think, config.policy.history_length) == ("generate", True, 2)
+    assert (config.env.n_tasks, config.env.group_size, config.eval.temperature) == (16, 8, 0.4)
 
 
 # ------------------------------------------------- per-trajectory credit plot

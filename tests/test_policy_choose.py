@@ -22,6 +22,7 @@ def tiny_dir(tmp_path_factory):
 
 def make_policy(path, **kwargs):
     torch.manual_seed(0)
+    kwargs = {"mode": "choose", **kwargs}
     return LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-3, model=path, **kwargs)
 
 

@@ -66,9 +66,11 @@ def test_learns_tagged_answer_and_stops_at_close_tag(tiny_dir):
 
 
 def test_think_instructions(tiny_dir):
-    text = make_policy(tiny_dir, think=True).tokenizer.decode(make_policy(tiny_dir, think=True).build_prompt("x", INFO, []))
+    thinking = make_policy(tiny_dir)  # the default, as in the paper
+    text = thinking.tokenizer.decode(thinking.build_prompt("x", INFO, []))
     assert "<think> </think>" in text and "<action> </action>" in text
-    plain = make_policy(tiny_dir).tokenizer.decode(make_policy(tiny_dir).build_prompt("x", INFO, []))
+    no_think = make_policy(tiny_dir, think=False)
+    plain = no_think.tokenizer.decode(no_think.build_prompt("x", INFO, []))
     assert "<think>" not in plain and "<action> </action>" in plain
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -47,7 +49,7 @@ def test_architecture_defaults_and_explicit_targets(tiny_dir, tmp_path):
     assert {n.split(".")[-4] for n, p in gpt2.model.named_parameters() if p.requires_grad} == {"c_attn", "c_proj", "c_fc"}
     only_q = make_policy(tiny_dir, lora={"target_modules": ["q_proj"]})
     assert {n.split(".")[-4] for n, p in only_q.model.named_parameters() if p.requires_grad} == {"q_proj"}
-    with pytest.raises(ValueError, match="unknown LoRA"):
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) policy.lora.rank"):
         make_policy(tiny_dir, lora={"rank": 4})
 
 
@@ -117,10 +119,10 @@ def test_state_dict_holds_only_the_adapter(tiny_dir):
 
 def test_constructor_parameters_are_plain_values(tiny_dir):
     params = make_policy(tiny_dir, mode="generate", temperature=0.5)._get_constructor_parameters()
-    assert params["model"] == tiny_dir and params["mode"] == "generate" and params["temperature"] == 0.5
-    plain = (str, int, float, bool, type(None), dict, list, type)
-    assert all(isinstance(v, plain) for k, v in params.items() if k not in ("observation_space", "action_space"))
-    assert np.isclose(params["lora"]["alpha"], 16)
+    config = params["config"]
+    assert config["model"] == tiny_dir and config["mode"] == "generate" and config["temperature"] == 0.5
+    assert json.loads(json.dumps(params["config"])) == config  # plain values
+    assert config["lora"]["alpha"] == 32 and config["optimizer_class"] == "torch.optim:AdamW"
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_dir):
@@ -162,7 +164,8 @@ def test_policy_save_load_without_pickle(tiny_dir, tmp_path):
     assert {"adapter_config.json", "adapter_model.safetensors", "policy.json"} <= files
     assert not any(name.endswith((".pkl", ".pt", ".zip")) for name in files)
     loaded = LLMPolicy.load(tmp_path / "policy", device="cpu")
-    assert (loaded.mode, loaded.temperature, loaded.history_length) == ("generate", 0.8, 1)
+    assert (loaded.mode, loaded.temperature, loaded.config.history_length) == ("generate", 0.8, 1)
+    assert loaded.config == policy.config
     torch.testing.assert_close(loaded.evaluate_actions(samples)[0], policy.evaluate_actions(samples)[0], atol=0, rtol=0)
     assert LLMPolicy.load(tmp_path / "policy", temperature=0.4).temperature == 0.4
     with pytest.raises(FileNotFoundError, match="policy.json"):

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-CONFIG = {"total_timesteps": 480, "n_tasks": 1, "group_size": 2, "checkpoint_freq": 2, "eval_freq": 2,
-          "n_eval_tasks": 2, "eval_copies": 1, "env_kwargs": {"max_episode_steps": 8}}
+CONFIG = {"run": {"total_timesteps": 480, "checkpoint_freq": 2}, "env": {"n_tasks": 1, "group_size": 2,
+          "kwargs": {"max_episode_steps": 8}}, "eval": {"freq": 2, "n_tasks": 2, "copies": 1}}
 
 
 def milegpo(*args: str) -> list[str]:
@@ -109,7 +109,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("reference")
     (folder / "config.json").write_text(json.dumps(CONFIG))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(milegpo("train", "--config", str(folder / "config.json"), "--run-dir", str(folder / "run")),
+    subprocess.run(milegpo("train", "--preset", "cpu-demo", "--config", str(folder / "config.json"), "--run-dir", str(folder / "run")),
                    check=True, stdout=subprocess.DEVNULL, env=env)
     return folder / "run"
 
@@ -119,7 +119,7 @@ def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path
     config = tmp_path / "config.json"
     config.write_text(json.dumps(CONFIG))
     run = tmp_path / "run"
-    assert train_until_killed(run, ["--config", str(config), "--run-dir", str(run)], min_rows=6) == -signal.SIGKILL
+    assert train_until_killed(run, ["--preset", "cpu-demo", "--config", str(config), "--run-dir", str(run)], min_rows=6) == -signal.SIGKILL
     assert train_until_killed(run, ["--resume", str(run)], min_rows=14) == -signal.SIGKILL
     subprocess.run(milegpo("train", "--resume", str(run)), check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -154,7 +154,7 @@ def test_saves_killed_midway_leave_nothing_behind_after_resume(reference: Path, 
     config.write_text(json.dumps(CONFIG))
     run = tmp_path / "run"
     # killed in its 3rd periodic checkpoint save, then (resumed) in the final save
-    assert train_killed_during_save(".checkpoint_", 3, ["--config", str(config), "--run-dir", str(run)]) == -signal.SIGKILL
+    assert train_killed_during_save(".checkpoint_", 3, ["--preset", "cpu-demo", "--config", str(config), "--run-dir", str(run)]) == -signal.SIGKILL
     assert [p for p in hidden_folders(run) if ".tmp-" in p]  # the unfinished save is there
     assert train_killed_during_save(".final.tmp-", 1, ["--resume", str(run)]) == -signal.SIGKILL
     assert any(p.startswith(".final.tmp-") for p in hidden_folders(run))
@@ -191,7 +191,8 @@ def test_corrupt_latest_checkpoint_falls_back_to_an_intact_one(reference: Path, 
     newest, older = sorted((run / "checkpoints").iterdir(), key=lambda p: int(p.name.split("_")[1]), reverse=True)
     (newest / "optimizer.pt").write_bytes((newest / "optimizer.pt").read_bytes()[:100])  # a half-written file
     config = json.loads((run / "config.json").read_text())
-    assert main(["train", "--resume", str(run), "--steps", str(config["total_timesteps"]), "--no-progress-bar"]) == 0
+    assert main(["train", "--resume", str(run), f"run.total_timesteps={config['run']['total_timesteps']}",
+                 "--no-progress-bar"]) == 0
     captured = capsys.readouterr()
     assert "is corrupt: optimizer.pt has 100 bytes" in captured.err and f"Resuming from {older}" in captured.out
     assert (run / "checkpoints" / f"corrupt-{newest.name}").exists()

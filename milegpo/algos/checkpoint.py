@@ -3,7 +3,7 @@
 A checkpoint of a group-RL algorithm is a directory::
 
     <path>/
-      config.json     algorithm, credit method, hyperparameters, policy kwargs,
+      config.json     algorithm, its AlgoConfig, the policy class and PolicyConfig,
                       base-model fingerprint, counters and RNG states (plain JSON)
       adapter/        the LoRA adapter (peft ``save_pretrained``, safetensors)
       optimizer.pt    ``torch.save`` of the optimizer's state dict (tensors only,
@@ -36,7 +36,7 @@ from typing import Any
 import torch as th
 
 FORMAT = "milegpo-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 ADAPTER_DIR = "adapter"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -189,7 +189,7 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
             f"checkpoint {str(path)!r} has format version {config.get('format_version')!r}; "
             f"this milegpo reads version {FORMAT_VERSION}"
         )
-    for key in ("algorithm", "hyperparameters", "policy", "counters", "base_model"):
+    for key in ("algorithm", "algo", "policy", "counters", "base_model"):
         if key not in config:
             raise CheckpointError(f"checkpoint {str(path)!r}: {CONFIG_FILE} lacks the {key!r} entry")
     _verify_manifest(path, config.get("files"))

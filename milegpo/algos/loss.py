@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch as th
 
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass

@@ -2,12 +2,14 @@
 
 :class:`CheckpointMixin` gives :class:`~milegpo.algos.base.GroupRLAlgorithm` SB3's
 ``save`` / ``load`` with milegpo's checkpoint format: the LoRA adapter, the optimizer
-state and a JSON config with the hyperparameters, counters and RNG states, so that a
+state and a JSON config with the algorithm's and the policy's configs, the counters
+and the RNG states, so that a
 loaded model resumes training exactly where it stopped. Nothing is pickled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -20,40 +22,18 @@ from stable_baselines3.common.type_aliases import GymEnv
 
 import milegpo
 from milegpo.algos import checkpoint as ckpt
+from milegpo.algos.counters import TrainingCounters
+from milegpo.config import AlgoConfig, PolicyConfig
+from milegpo.config.fields import from_dict, to_dict, with_overrides
 
 logger = logging.getLogger(__name__)
 SelfModel = TypeVar("SelfModel", bound="CheckpointMixin")
-
-#: Constructor arguments saved in a checkpoint's config (all plain values).
-HYPERPARAMETERS = (
-    "learning_rate",
-    "n_epochs",
-    "batch_size",
-    "mini_batch_tokens",
-    "micro_batch_tokens",
-    "clip_range",
-    "loss_agg",
-    "kl_coef",
-    "ent_coef",
-    "max_grad_norm",
-    "weight_decay",
-    "credit_kwargs",
-    "credit_preset",
-    "stats_window_size",
-    "seed",
-)
-#: Where a hyperparameter lives on the algorithm when SB3 keeps it under another name.
-_ATTRIBUTE = {"stats_window_size": "_stats_window_size"}
 
 
 class CheckpointMixin:
     """``save`` / ``load`` of checkpoint directories for a GroupRLAlgorithm."""
 
     def _config(self) -> dict[str, Any]:
-        hyper = {name: getattr(self, _ATTRIBUTE.get(name, name)) for name in HYPERPARAMETERS}
-        if callable(hyper["learning_rate"]):  # a schedule is code, not JSON: store its current value
-            hyper["learning_rate"] = float(self.lr_schedule(self._current_progress_remaining))
-            logger.warning("the learning-rate schedule is saved as its current value %g", hyper["learning_rate"])
         policy_class = next((name for name, cls in self.policy_aliases.items() if cls is self.policy_class),
                             f"{self.policy_class.__module__}:{self.policy_class.__qualname__}")
         return {
@@ -61,20 +41,11 @@ class CheckpointMixin:
             "format_version": ckpt.FORMAT_VERSION,
             "milegpo_version": milegpo.__version__,
             "algorithm": type(self).__name__,
-            "credit_method": self.credit_method,
-            "hyperparameters": hyper,
-            "policy": {"class": policy_class, "kwargs": self.policy_kwargs},
+            "algo": to_dict(self.config),
+            "policy": {"class": policy_class, "config": to_dict(self.policy_config)},
+            "stats_window_size": self._stats_window_size,
             "base_model": self._base_model_fingerprint(),
-            "counters": {
-                "num_timesteps": self.num_timesteps,
-                "n_updates": self._n_updates,
-                "iterations": self._iterations,
-                "skipped_steps": self._skipped_steps,
-                "episode_num": self._episode_num,
-                "total_timesteps": self._total_timesteps,
-                "current_progress_remaining": self._current_progress_remaining,
-                "time_elapsed_s": self.time_elapsed(),
-            },
+            "counters": dataclasses.asdict(TrainingCounters.of(self)),
             "seeds": {"seed": self.seed, "task_seed_base": self.task_seed_base},
             "rng": {"minibatch": self._rng.bit_generator.state},
         }
@@ -84,7 +55,7 @@ class CheckpointMixin:
         config = self.policy.model.config
         keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "intermediate_size", "n_embd", "n_layer")
-        return {"name_or_path": str(self.policy_kwargs.get("model", "")),
+        return {"name_or_path": str(self.policy_config.model),
                 **{k: getattr(config, k) for k in keys if getattr(config, k, None) is not None}}
 
     def save(self, path: str | os.PathLike, exclude: Any = None, include: Any = None) -> None:  # type: ignore[override]
@@ -111,8 +82,8 @@ class CheckpointMixin:
         """Load a checkpoint saved by :meth:`save`; training resumes from its counters.
 
         :param env: the vec env to continue training on (None: prediction only).
-        :param kwargs: hyperparameters to change (e.g. ``learning_rate``); ``policy_kwargs``
-            may be given only if equal to the saved ones.
+        :param kwargs: :class:`~milegpo.config.AlgoConfig` fields to change (e.g. ``learning_rate``);
+            ``policy_kwargs`` may be given only if equal to the saved policy config.
         Raises :class:`~milegpo.algos.checkpoint.CheckpointError` for a missing, corrupt or
         mismatching checkpoint (other algorithm, other base model, adapter that does not fit).
         """
@@ -123,22 +94,19 @@ class CheckpointMixin:
                 f"checkpoint {str(path)!r} was saved by {config['algorithm']}; load it with "
                 f"milegpo.{config['algorithm']}.load(...)"
             )
-        saved_policy_kwargs = config["policy"].get("kwargs") or {}
-        if "policy_kwargs" in kwargs and kwargs.pop("policy_kwargs") != saved_policy_kwargs:
-            raise ValueError(f"policy_kwargs differ from the saved ones: {saved_policy_kwargs}")
+        saved_policy = from_dict(PolicyConfig, config["policy"]["config"], "policy")
+        if "policy_kwargs" in kwargs and from_dict(PolicyConfig, kwargs.pop("policy_kwargs"), "policy") != saved_policy:
+            raise ValueError(f"policy_kwargs differ from the saved policy config: {to_dict(saved_policy)}")
         policy_class: str | type = config["policy"]["class"]
         if policy_class not in cls.policy_aliases:
             module, _, name = str(policy_class).partition(":")
             policy_class = getattr(importlib.import_module(module), name)
-        hyper = {**config["hyperparameters"], **kwargs}
-        model = cls(policy_class, env, device=device, _init_setup_model=False)  # type: ignore[arg-type]
-        for name, value in hyper.items():
-            if name not in HYPERPARAMETERS:
-                raise TypeError(f"{cls.__name__}.load() got an unexpected hyperparameter {name!r}")
-            setattr(model, _ATTRIBUTE.get(name, name), value)
-        model.policy_kwargs = dict(saved_policy_kwargs)
-        model.credit_kwargs = dict(model.credit_kwargs or {})
-        model.task_seed_base = int(config.get("seeds", {}).get("task_seed_base", model.task_seed_base))
+        algo = with_overrides(AlgoConfig, config["algo"], kwargs, "algo")
+        seeds = config.get("seeds", {})
+        model = cls(policy_class, env, algo, policy_kwargs=saved_policy, device=device,  # type: ignore[arg-type]
+                    seed=seeds.get("seed"), stats_window_size=int(config.get("stats_window_size", 100)),
+                    _init_setup_model=False)
+        model.task_seed_base = int(seeds.get("task_seed_base", model.task_seed_base))
         model._setup_model()
 
         fingerprint = model._base_model_fingerprint()
@@ -156,15 +124,10 @@ class CheckpointMixin:
             ) from None
         ckpt.load_optimizer_state(path, model.optimizer, model.device)
 
-        counters = config["counters"]
-        model.num_timesteps = int(counters["num_timesteps"])
-        model._n_updates = int(counters["n_updates"])
-        model._iterations = int(counters["iterations"])
-        model._skipped_steps = int(counters.get("skipped_steps", 0))
-        model._episode_num = int(counters.get("episode_num", 0))
-        model._total_timesteps = int(counters.get("total_timesteps", 0))
-        model._current_progress_remaining = float(counters.get("current_progress_remaining", 1.0))
-        model._elapsed_before = float(counters.get("time_elapsed_s", 0.0))
+        try:
+            TrainingCounters.from_dict(config["counters"]).restore(model)
+        except (TypeError, ValueError) as exc:
+            raise ckpt.CheckpointError(f"checkpoint {str(path)!r} has unreadable counters: {exc}") from None
         state = config.get("rng", {}).get("minibatch")
         if state is not None:
             model._rng.bit_generator.state = state

@@ -19,57 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from milegpo.options import check_known_keys
+from milegpo.config.warm_start import WarmStartConfig
 from milegpo.policies.sample import ActionSample
-
-
-@dataclass
-class WarmStartConfig:
-    """How the warm start collects demonstrations and fine-tunes on them.
-
-    :param episodes: demonstration episodes (training tasks ``0..episodes-1``).
-    :param epsilon: per-step probability of a random admissible command instead of the expert's.
-    :param epochs: passes over the demonstrations.
-    :param learning_rate: AdamW learning rate of the fine-tuning (its own optimizer: RL's is untouched).
-    :param batch_size: demonstration steps per optimizer step.
-    :param env_kwargs: extra kwargs of the demonstration envs (e.g. ALFWorld's
-        ``{"expert_type": "handcoded"}``, which the RL envs do not need).
-    :param seed: seed of the noise and of the minibatch order (None: the run's seed).
-    """
-
-    episodes: int = 64
-    epsilon: float = 0.3
-    epochs: int = 3
-    learning_rate: float = 3e-3
-    batch_size: int = 64
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    seed: int | None = None
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> WarmStartConfig:
-        check_known_keys(cls, values, "warm_start")
-        config = cls(**values)
-        config.validate()
-        return config
-
-    def validate(self) -> None:
-        for name in ("episodes", "epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"warm_start.{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(self.epsilon, (int, float)) or not 0.0 <= self.epsilon <= 1.0:
-            raise ValueError(f"warm_start.epsilon must be a number in [0, 1], got {self.epsilon!r}")
-        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
-            raise ValueError(f"warm_start.learning_rate must be a number > 0, got {self.learning_rate!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"warm_start.seed must be an integer or null, got {self.seed!r}")
-        if not isinstance(self.env_kwargs, dict):
-            raise ValueError(f"warm_start.env_kwargs must be a dict, got {self.env_kwargs!r}")
 
 
 def collect_demonstrations(policy: Any, env: Any, episodes: int, epsilon: float,

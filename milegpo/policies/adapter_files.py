@@ -84,20 +84,19 @@ class AdapterFilesMixin:
         params = self._get_constructor_parameters()
         for key in ("observation_space", "action_space"):
             params.pop(key)
-        cls = params.pop("optimizer_class")
-        params["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
         (path / POLICY_FILE).write_text(json.dumps(params, indent=2))
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str = "auto", **overrides: Any) -> Any:  # type: ignore[override]
-        """Rebuild a policy saved by :meth:`save` (``overrides`` replace saved settings, e.g. ``temperature``)."""
+        """Rebuild a policy saved by :meth:`save` (``overrides`` replace saved
+        :class:`~milegpo.config.PolicyConfig` fields, e.g. ``temperature``)."""
         from milegpo.envs.core import TextSpace
 
         path = Path(path)
         if not (path / POLICY_FILE).is_file():
             raise FileNotFoundError(f"{path} holds no saved LLMPolicy ({POLICY_FILE} missing)")
         params = json.loads((path / POLICY_FILE).read_text())
-        params.update(device=device, **overrides)
-        policy = cls(TextSpace(), TextSpace(), lambda _: 0.0, **params)
+        params["device"] = device
+        policy = cls(TextSpace(), TextSpace(), lambda _: 0.0, **params, **overrides)
         policy.load_adapter(path)
         return policy

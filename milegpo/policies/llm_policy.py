@@ -36,9 +36,10 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 
-from milegpo.options import CANDIDATE_SCORES, MODES, ROLLOUT_BACKENDS, check_backend_for_mode, check_choice
+from milegpo.config import PolicyConfig
+from milegpo.config.fields import to_dict, with_overrides
 from milegpo.policies.adapter_files import AdapterFilesMixin
-from milegpo.policies.model import DEFAULT_LORA, load_lora_model
+from milegpo.policies.model import load_lora_model
 from milegpo.policies.optim import resolve_optimizer_class
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder, TokenCache
@@ -50,41 +51,19 @@ from milegpo.policies.scoring import candidate_scores, score_rows
 class LLMPolicy(AdapterFilesMixin, BasePolicy):
     """A ``transformers`` causal LM + peft LoRA adapter acting on text observations.
 
+    Its settings are one :class:`~milegpo.config.PolicyConfig` (the model, the mode, the LoRA
+    adapter, the prompt, the sampler, the optimizer); SB3-style keyword arguments
+    (``LLMPolicy(obs_space, act_space, lr_schedule, model="...", mode="choose")``) set its fields
+    on top of ``config``.
+
     :param observation_space: the env's (text) observation space.
     :param action_space: the env's (text) action space.
     :param lr_schedule: SB3 learning-rate schedule; the optimizer starts at ``lr_schedule(1)``.
-    :param model: a hub name or local folder of an ``AutoModelForCausalLM`` + tokenizer.
-    :param mode: ``"choose"`` (score admissible commands) or ``"generate"`` (free text).
-    :param lora: LoRA settings ``r``, ``alpha``, ``dropout``, ``target_modules``
-        (None: per-architecture default, else "all-linear"); missing keys take
-        :data:`DEFAULT_LORA`.
-    :param dtype: None/"auto" (bf16 on CUDA, fp32 on CPU), "float32", "bfloat16", "float16".
+    :param config: the settings (None: the defaults, the paper's).
     :param device: "auto", "cpu", "cuda", "cuda:1", ...
-    :param history_length: how many past (observation, action) steps the prompt shows.
-    :param prompt_template: a family of :data:`~milegpo.policies.prompts.PROMPT_TEMPLATES`
-        ("default", "alfworld", "webshop") or a template string with named fields.
-    :param max_prompt_tokens: prompt budget (oldest history dropped first).
-    :param max_new_tokens: generate mode: the longest reply.
-    :param temperature: sampling temperature (both modes; also used when re-scoring).
-    :param think: generate mode: ask for ``<think>…</think>`` before the action.
     :param seed: seeds the adapter's initial weights and the policy's own sampling generators.
-    :param max_batch_tokens: padded tokens per forward pass when scoring; None: 4096 on a CPU
-        (small chunks stay in its caches: on the WebShop benchmark 4096 scored fastest of
-        2048-65536, 1.2x faster than 16384), 16384 on a GPU (a memory bound).
-    :param candidate_score: choose mode: ``"sum"`` (the sequence log-likelihood) or
-        ``"mean"`` (per-token mean: no preference for short commands).
-    :param gradient_checkpointing: recompute activations in the backward pass
-        (less memory for long prompts on large models, ~30% slower updates).
-    :param rollout_backend: generate mode: who samples the replies, ``"hf"`` (this model,
-        :class:`~milegpo.policies.sampling.HFSampler`) or ``"vllm"`` (a colocated vLLM
-        engine, :class:`~milegpo.policies.vllm_sampler.VLLMSampler`). Choose mode always
-        scores the candidates with this model.
-    :param vllm_kwargs: more ``vllm.LLM`` arguments (``gpu_memory_utilization``, ...).
-    :param trust_sampler_logprobs: keep the sampler's log-probs as the behaviour log-probs
-        instead of recomputing them with this model (one extra forward pass per step,
-        the default, as verl does).
-    :param optimizer_class: optimizer over the LoRA parameters.
-    :param optimizer_kwargs: its extra arguments.
+    :param settings: :class:`~milegpo.config.PolicyConfig` fields replacing those of ``config``
+        (a sub-config such as ``lora`` as a dict or a :class:`~milegpo.config.LoraConfig`).
     """
 
     def __init__(
@@ -92,62 +71,29 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         observation_space: spaces.Space,
         action_space: spaces.Space,
         lr_schedule: Callable[[float], float],
-        model: str,
-        mode: str = "choose",
-        lora: dict[str, Any] | None = None,
-        dtype: str | None = None,
+        config: PolicyConfig | None = None,
+        *,
         device: str = "auto",
-        history_length: int = 2,
-        prompt_template: str | None = None,
-        max_prompt_tokens: int = 2048,
-        max_new_tokens: int = 512,
-        temperature: float = 1.0,
-        think: bool = False,
         seed: int = 0,
-        max_batch_tokens: int | None = None,
-        candidate_score: str = "sum",
-        optimizer_class: type[th.optim.Optimizer] | str = th.optim.AdamW,
-        optimizer_kwargs: dict[str, Any] | None = None,
-        gradient_checkpointing: bool = False,
-        rollout_backend: str = "hf",
-        vllm_kwargs: dict[str, Any] | None = None,
-        trust_sampler_logprobs: bool = False,
+        **settings: Any,
     ):
-        super().__init__(observation_space, action_space, optimizer_class=resolve_optimizer_class(optimizer_class),
-                         optimizer_kwargs=optimizer_kwargs)
-        check_choice("mode", mode, MODES)
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (use deterministic=True for greedy), got {temperature}")
-        check_choice("candidate_score", candidate_score, CANDIDATE_SCORES)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        check_choice("rollout_backend", rollout_backend, ROLLOUT_BACKENDS)
-        check_backend_for_mode(rollout_backend, mode)
-        unknown = set(lora or {}) - set(DEFAULT_LORA)
-        if unknown:
-            raise ValueError(f"unknown LoRA settings {sorted(unknown)}; allowed: {sorted(DEFAULT_LORA)}")
-        self.model_name = str(model)
-        self.mode = mode
-        self.lora = {**DEFAULT_LORA, **(lora or {})}
-        self.dtype_name = dtype
+        config = with_overrides(PolicyConfig, config, settings, "policy")
+        if config.model is None:
+            raise ValueError("policy.model is not set: give a hub name or a local folder of a causal LM "
+                             "(e.g. model='Qwen/Qwen2.5-1.5B-Instruct')")
+        super().__init__(observation_space, action_space, optimizer_class=resolve_optimizer_class(config.optimizer_class),
+                         optimizer_kwargs=dict(config.optimizer_kwargs))
+        self.config = config
+        self.model_name = config.model
+        self.mode = config.mode
+        self.temperature = float(config.temperature)
         self.device_name = device
-        self.history_length = history_length
-        self.prompt_template = prompt_template
-        self.max_prompt_tokens = max_prompt_tokens
-        self.max_new_tokens = max_new_tokens
-        self.temperature = float(temperature)
-        self.think = think
         self.seed = seed
-        self.max_batch_tokens = max_batch_tokens
-        self.candidate_score = candidate_score
-        self.gradient_checkpointing = gradient_checkpointing
-        self.rollout_backend = rollout_backend
-        self.vllm_kwargs = dict(vllm_kwargs or {})
-        self.trust_sampler_logprobs = trust_sampler_logprobs
 
         self._build_model()
-        instructions = INSTRUCTIONS["choose"] if mode == "choose" else INSTRUCTIONS["think" if think else "generate"]
-        self.prompts = PromptBuilder(self.tokenizer, prompt_template, instructions, history_length, max_prompt_tokens)
+        instructions = INSTRUCTIONS["choose"] if self.mode == "choose" else INSTRUCTIONS["think" if config.think else "generate"]
+        self.prompts = PromptBuilder(self.tokenizer, config.prompt_template, instructions, config.history_length,
+                                     config.max_prompt_tokens)
         self._command_tokens = TokenCache(self.tokenizer)
         self._rng = np.random.default_rng(seed)
         self.sampler = self._make_sampler()
@@ -156,31 +102,25 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
     # ------------------------------------------------------------------ setup
     def _build_model(self) -> None:
         self.tokenizer, self.model, self.pad_id, self.eos_ids = load_lora_model(
-            self.model_name, self.lora, self.device_name, self.dtype_name, self.gradient_checkpointing, self.seed)
+            self.model_name, self.config.lora, self.device_name, self.config.dtype, self.config.gradient_checkpointing,
+            self.seed)
 
     def _make_sampler(self) -> Sampler:
         """The sampler of generate mode (the vLLM engine itself starts at the first reply)."""
-        if self.rollout_backend == "hf":
+        if self.config.sampler.backend == "hf":
             return HFSampler(self.model, self.tokenizer, self.eos_ids, self.pad_id)
         from milegpo.policies.vllm_sampler import VLLMSampler
 
         dtype = {th.float32: "float32", th.bfloat16: "bfloat16", th.float16: "float16"}[next(self.model.parameters()).dtype]
-        return VLLMSampler(self.model_name, self.save_adapter, self.eos_ids, dtype, int(self.lora["r"]),
-                           self.max_prompt_tokens + self.max_new_tokens, self.seed, self.vllm_kwargs)
+        return VLLMSampler(self.model_name, self.save_adapter, self.eos_ids, dtype, self.config.lora.r,
+                           self.config.max_prompt_tokens + self.config.max_new_tokens, self.seed,
+                           dict(self.config.sampler.vllm_kwargs))
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.pop("normalize_images", None)  # an image option of SB3's BaseModel; not an argument here
-        data.update(
-            model=self.model_name, mode=self.mode, lora=dict(self.lora), dtype=self.dtype_name, device=self.device_name,
-            history_length=self.history_length, prompt_template=self.prompt_template,
-            max_prompt_tokens=self.max_prompt_tokens, max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature, think=self.think, seed=self.seed, max_batch_tokens=self.max_batch_tokens,
-            candidate_score=self.candidate_score, gradient_checkpointing=self.gradient_checkpointing,
-            rollout_backend=self.rollout_backend, vllm_kwargs=dict(self.vllm_kwargs),
-            trust_sampler_logprobs=self.trust_sampler_logprobs,
-            optimizer_class=self.optimizer_class, optimizer_kwargs=self.optimizer_kwargs,
-        )  # fmt: skip
+        for key in ("normalize_images", "optimizer_class", "optimizer_kwargs"):  # SB3's; in the config here
+            data.pop(key, None)
+        data.update(config=to_dict(self.config), device=self.device_name, seed=self.seed)
         return data
 
     @property
@@ -190,8 +130,8 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
     @property
     def batch_tokens(self) -> int:
         """Padded tokens per scoring forward pass: ``max_batch_tokens`` or the device's default."""
-        if self.max_batch_tokens is not None:
-            return int(self.max_batch_tokens)
+        if self.config.max_batch_tokens is not None:
+            return int(self.config.max_batch_tokens)
         return CPU_BATCH_TOKENS if self.device.type == "cpu" else GPU_BATCH_TOKENS
 
     def trainable_parameters(self) -> list[th.nn.Parameter]:
@@ -211,7 +151,8 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
 
     def _scores(self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
         """Each prompt's candidate scores (:func:`~milegpo.policies.scoring.candidate_scores`)."""
-        return candidate_scores(self.model, prompts, candidates, self.pad_id, self.batch_tokens, self.candidate_score)
+        return candidate_scores(self.model, prompts, candidates, self.pad_id, self.batch_tokens,
+                                 self.config.candidate_score)
 
     def _logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                   with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:
@@ -306,9 +247,9 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
     def _generate(self, prompts: list[list[int]], deterministic: bool) -> list[ActionSample]:
         """Replies from the sampler, parsed into actions, with the behaviour log-probs of their tokens."""
         seed = int(self._rng.integers(2**31 - 1))  # the sampler's randomness follows the policy's generator
-        completions = self.sampler.generate(prompts, self.temperature, self.max_new_tokens, deterministic, seed)
+        completions = self.sampler.generate(prompts, self.temperature, self.config.max_new_tokens, deterministic, seed)
         replies = [c.token_ids for c in completions]
-        recompute = not isinstance(self.sampler, HFSampler) and not self.trust_sampler_logprobs and not deterministic
+        recompute = not isinstance(self.sampler, HFSampler) and not self.config.sampler.trust_logprobs and not deterministic
         behaviour = self._logprobs(prompts, replies)[0] if recompute else None
         samples = []
         for i, completion in enumerate(completions):

@@ -7,13 +7,14 @@ from typing import Any
 
 import torch as th
 
+from milegpo.config import LoraConfig
+
 #: LoRA target modules per ``config.model_type``; any other model gets "all-linear".
 _DECODER_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 DEFAULT_TARGET_MODULES: dict[str, list[str]] = {
     **{name: _DECODER_PROJECTIONS for name in ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "smollm3")},
     "gpt2": ["c_attn", "c_proj", "c_fc"],
 }
-DEFAULT_LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
 
 
 def resolve_device(device: str | th.device) -> th.device:
@@ -49,7 +50,7 @@ def check_torchvision() -> None:
                           "(or install the torchvision release built for this torch)") from None
 
 
-def load_lora_model(name: str, lora: dict[str, Any], device: str | th.device, dtype: str | None,
+def load_lora_model(name: str, lora: LoraConfig, device: str | th.device, dtype: str | None,
                     gradient_checkpointing: bool, seed: int) -> tuple[Any, Any, int, list[int]]:
     """``(tokenizer, peft model, pad id, stop ids)`` of the causal LM ``name`` (hub name or folder).
 
@@ -58,7 +59,8 @@ def load_lora_model(name: str, lora: dict[str, Any], device: str | th.device, dt
     weights follow ``seed``. Stop ids are the tokenizer's EOS and the model's end-of-turn tokens.
     """
     check_torchvision()
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = resolve_device(device)
@@ -70,11 +72,11 @@ def load_lora_model(name: str, lora: dict[str, Any], device: str | th.device, dt
         else:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model_type = base.config.model_type
-    config = LoraConfig(
-        r=int(lora["r"]),
-        lora_alpha=float(lora["alpha"]),
-        lora_dropout=float(lora["dropout"]),
-        target_modules=lora["target_modules"] or DEFAULT_TARGET_MODULES.get(model_type, "all-linear"),
+    config = PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=float(lora.alpha),
+        lora_dropout=float(lora.dropout),
+        target_modules=lora.target_modules or DEFAULT_TARGET_MODULES.get(model_type, "all-linear"),
         fan_in_fan_out=model_type == "gpt2",
         task_type="CAUSAL_LM",
     )

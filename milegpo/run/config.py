@@ -1,258 +1,349 @@
-"""``TrainConfig``: everything that defines a training run, as plain values (saved as the run's ``config.json``).
+"""``TrainConfig``: everything that defines a training run, as one tree of settings.
 
-It is the one description of a run's settings: ``milegpo train`` builds its flags from
-it, :meth:`TrainConfig.validate` checks every field (no I/O, no torch) and
-:mod:`milegpo.run.train` turns it into a run folder. The defaults are the CPU demo's.
+A run's config composes the configs of the objects it builds: ``env`` (what is played),
+``algo`` (:class:`~milegpo.config.AlgoConfig`), ``policy`` (:class:`~milegpo.config.PolicyConfig`),
+``eval`` (held-out evaluation) and ``run`` (budget, seed, device, checkpoints, trackers).
+Every leaf has one default, the paper's where the paper gives one. Named presets
+(:data:`PRESETS`, YAML files beside this module) change some of them: ``cpu-demo`` is what
+``milegpo train`` runs with no arguments.
+
+Sources are layered with OmegaConf (:func:`resolve_config`): a preset or a run's saved
+config, then YAML/JSON files, then ``section.field=value`` overrides. OmegaConf checks each
+value against the field's type on the way in; each config's ``__post_init__`` then checks
+its range. The result is saved as the run's ``config.json``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from milegpo.credit import CREDIT_METHODS
-from milegpo.options import (
-    CANDIDATE_SCORES,
-    CREDIT_PRESETS,
-    MODES,
-    ROLLOUT_BACKENDS,
-    check_backend_for_mode,
-    check_choice,
-    check_known_keys,
-)
-
-#: (field, smallest allowed value) of the integer fields
-_MIN_INTS = {"n_tasks": 1, "group_size": 1, "total_timesteps": 1, "n_epochs": 1, "micro_batch_tokens": 1,
-             "lora_r": 1, "history_length": 0, "max_prompt_tokens": 1, "max_new_tokens": 1, "n_eval_tasks": 1,
-             "eval_copies": 1, "eval_freq": 1, "checkpoint_freq": 1, "tiny_hidden_size": 1, "tiny_layers": 1,
-             "tiny_heads": 1}
+from milegpo.config import AlgoConfig, PolicyConfig, WarmStartConfig
+from milegpo.config.fields import check_int, check_number, check_type, from_dict, settings_class, to_dict
 
 
-@dataclass
-class TrainConfig:
-    """Everything that defines a training run (plain values only: it is saved as JSON).
+@dataclass(frozen=True)
+class EnvConfig:
+    """What the agent plays.
 
-    The defaults are the CPU demo's (MileGPO on House with the offline tiny model); the
-    paper's GPU setting is in the README.
-
-    > What is trained, on what
-
-    :param algo: the credit method: ``"milegpo"``, ``"graphgpo"``, ``"hgpo"``, ``"gigpo"``,
-        ``"rloo"`` or ``"grpo"`` (the trainer is the same; only the step advantages differ).
-    :param env: a registered env id (an unknown one is refused with the list of registered ids).
-    :param env_kwargs: the env's constructor arguments (e.g. ``{"max_episode_steps": 30}``).
-    :param train_split: the env's ``split`` kwarg for training; None: the env has no splits.
-    :param eval_splits: held-out splits evaluated during and after training (may be empty).
+    :param id: a registered env id, or ``module:ClassName`` of a TextEnv subclass.
+    :param kwargs: the env's constructor arguments (e.g. ``{max_episode_steps: 30}``).
+    :param train_split: the env's ``split`` argument for training; null: the env has no splits.
     :param n_tasks: tasks per iteration (a multiple of the number of processes).
     :param group_size: rollouts per task: the group the credit compares (the paper: 8).
-    :param total_timesteps: training budget in env steps (of active envs).
-    :param credit_preset: MileGPO's per-env settings, ``"alfworld"`` or ``"webshop"`` (no-op for the baselines).
-    :param credit_kwargs: overrides of the credit config's fields (``milegpo.credit.make_credit_config``).
-
-    > The model
-
-    :param model: a hub name or local path of a causal LM; None builds the offline tiny model.
-    :param tiny_hidden_size: the tiny model's width (only when ``model`` is None).
-    :param tiny_layers: its layers.
-    :param tiny_heads: its attention heads.
-    :param lora_r: LoRA rank (only the adapter is trained).
-    :param lora_alpha: LoRA alpha.
-    :param dtype: None (bf16 on CUDA, fp32 on CPU), ``"float32"``, ``"bfloat16"``, ``"float16"``.
-    :param gradient_checkpointing: recompute activations in the backward pass (memory for time).
-    :param device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
-    :param warm_start: supervised warm start before RL: behaviour cloning of the env's noisy
-        scripted expert, the keys of :class:`milegpo.algos.warm_start.WarmStartConfig`
-        (``episodes``, ``epsilon``, ``epochs``, ...); None: RL from the model as it is.
-
-    > Acting (rollouts)
-
-    :param mode: ``"choose"`` (score the admissible commands) or ``"generate"`` (free text, ``<action>`` tags).
-    :param prompt_template: a family of ``milegpo.policies.PROMPT_TEMPLATES`` or a format string.
-    :param history_length: past (observation, action) steps shown in the prompt.
-    :param max_prompt_tokens: prompt budget (the oldest history is dropped first).
-    :param candidate_score: choose mode: a command's score is the ``"sum"`` or the ``"mean"`` of its
-        token log-probs (``"mean"`` keeps a random tiny LM from always picking the shortest command).
-    :param temperature: sampling temperature of the rollouts (and of the log-probs the update uses).
-    :param max_new_tokens: generate mode: the longest reply.
-    :param think: generate mode: ask for ``<think>...</think>`` before the action.
-    :param rollout_backend: generate mode: who samples the replies, ``"hf"`` (the trainer's model)
-        or ``"vllm"`` (a colocated engine).
-    :param vllm_kwargs: more ``vllm.LLM`` arguments (e.g. ``{"gpu_memory_utilization": 0.4}``).
     :param subprocess: run the envs in worker processes (slow engines: ALFWorld, WebShop); the only
         mode with hang and crash protection (a worker silent for 120 s, or dead, is restarted).
-
-    > The update
-
-    :param learning_rate: AdamW learning rate (the paper: 1e-6 for a 1.5B model; tiny CPU models ~3e-3).
-    :param n_epochs: passes over each rollout's steps.
-    :param batch_size: steps per minibatch (one optimizer step); None: the whole rollout.
-    :param micro_batch_tokens: tokens per forward/backward pass (gradient accumulation:
-        a memory knob, not a hyperparameter).
-    :param clip_range: PPO ratio clip.
-    :param kl_coef: weight of the k3 KL to the base model (the paper: 0.01; 0 skips its forward pass).
-    :param ent_coef: entropy bonus weight.
-
-    > Evaluation
-
-    :param n_eval_tasks: held-out tasks per evaluation (task seeds ``0..n_eval_tasks-1``).
-    :param eval_copies: episodes per held-out task (sampled evaluation is noisy).
-    :param eval_freq: evaluate every this many iterations (and before the first, and at the end).
-    :param eval_temperature: sampling temperature of the evaluation (the paper: 0.4; the demo's
-        memoryless policy needs 1.0 to escape loops); None: greedy.
-
-    > The run
-
-    :param checkpoint_freq: save a checkpoint every this many iterations (a killed run resumes from it).
-    :param seed: seeds the model's adapter, the task draws and the sampling.
-    :param report_to: trackers beside ``progress.csv``: ``"tensorboard"``, ``"wandb"``, ``"mlflow"``.
     """
 
-    # what is trained, on what
-    algo: str = "milegpo"
-    env: str = "milegpo/House-v0"
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    id: str = "milegpo/House-v0"
+    kwargs: dict[str, Any] = field(default_factory=dict)
     train_split: str | None = "train"
-    eval_splits: list[str] = field(default_factory=lambda: ["eval_id", "eval_ood"])
-    n_tasks: int = 4
+    n_tasks: int = 16
     group_size: int = 8
-    total_timesteps: int = 24_000
-    credit_preset: str | None = None
-    credit_kwargs: dict[str, Any] = field(default_factory=dict)
-    # the model
-    model: str | None = None
-    tiny_hidden_size: int = 32
-    tiny_layers: int = 1
-    tiny_heads: int = 2
-    lora_r: int = 16
-    lora_alpha: int = 32
-    dtype: str | None = None
-    gradient_checkpointing: bool = False
-    device: str = "auto"
-    warm_start: dict[str, Any] | None = None
-    # acting (rollouts)
-    mode: str = "choose"
-    prompt_template: str | None = "{task} {observation}"
-    history_length: int = 0
-    max_prompt_tokens: int = 2048
-    candidate_score: str = "mean"
-    temperature: float = 1.0
-    max_new_tokens: int = 512
-    think: bool = False
-    rollout_backend: str = "hf"
-    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     subprocess: bool = False
-    # the update
-    learning_rate: float = 3e-3
-    n_epochs: int = 1
-    batch_size: int | None = 256
-    micro_batch_tokens: int = 8192
-    clip_range: float = 0.2
-    kl_coef: float = 0.0
-    ent_coef: float = 0.0
-    # evaluation
-    n_eval_tasks: int = 50
-    eval_copies: int = 2
-    eval_freq: int = 5
-    eval_temperature: float | None = 1.0
-    # the run
-    checkpoint_freq: int = 5
+
+    def __post_init__(self) -> None:
+        check_type("env.id", self.id, str, "an env id")
+        check_type("env.kwargs", self.kwargs, dict, "a mapping")
+        check_type("env.train_split", self.train_split, str, "a split name", optional=True)
+        check_int("env.n_tasks", self.n_tasks, 1)
+        check_int("env.group_size", self.group_size, 1)
+        check_type("env.subprocess", self.subprocess, bool, "true or false")
+
+    def kwargs_for(self, split: str | None) -> dict[str, Any]:
+        """The env's constructor arguments for a task split (``split`` added to ``kwargs``; None: none)."""
+        return {**self.kwargs, **({"split": split} if split is not None else {})}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation, during and after training.
+
+    :param splits: held-out splits (may be empty); the first one's curve is ``eval.jsonl``.
+    :param n_tasks: held-out tasks per evaluation (task seeds ``0..n_tasks-1``).
+    :param copies: episodes per held-out task (sampled evaluation is noisy).
+    :param freq: evaluate every this many iterations (and before the first, and at the end).
+    :param temperature: sampling temperature (the paper: 0.4); null: greedy.
+    """
+
+    splits: list[str] = field(default_factory=lambda: ["eval_id", "eval_ood"])
+    n_tasks: int = 50
+    copies: int = 1
+    freq: int = 10
+    temperature: float | None = 0.4
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.splits, list) and all(isinstance(s, str) for s in self.splits)):
+            raise ValueError(f"eval.splits must be a list of split names (may be empty), got {self.splits!r}")
+        for name in ("n_tasks", "copies", "freq"):
+            check_int(f"eval.{name}", getattr(self, name), 1)
+        check_number("eval.temperature", self.temperature, optional=True)
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """The offline tiny model a run builds when ``policy.model`` is null (its vocabulary: the env's words).
+
+    :param hidden_size: width.
+    :param layers: transformer layers.
+    :param heads: attention heads.
+    """
+
+    hidden_size: int = 32
+    layers: int = 1
+    heads: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "layers", "heads"):
+            check_int(f"run.tiny_model.{name}", getattr(self, name), 1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The run around the training.
+
+    :param total_timesteps: training budget in env steps (of active envs).
+    :param seed: seeds the adapter, the task draws and the sampling.
+    :param device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
+    :param checkpoint_freq: save a checkpoint every this many iterations (a killed run resumes from it).
+    :param report_to: trackers beside ``progress.csv``: ``tensorboard``, ``wandb``, ``mlflow``.
+    :param warm_start: behaviour cloning of the env's noisy scripted expert before RL
+        (:class:`~milegpo.config.WarmStartConfig`); null: RL from the model as it is.
+    :param tiny_model: the offline model built when ``policy.model`` is null.
+    """
+
+    total_timesteps: int = 1_000_000
     seed: int = 0
+    device: str = "auto"
+    checkpoint_freq: int = 10
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    warm_start: WarmStartConfig | None = None
+    tiny_model: TinyModelConfig = field(default_factory=TinyModelConfig)
 
-    @classmethod
-    def field_help(cls) -> dict[str, str]:
-        """Each field's description from the class docstring (the help of ``milegpo train``'s flags)."""
-        found = {}
-        for name, text in re.findall(r":param (\w+): (.*?)(?=\n\s*:param |\n\s*>|\Z)", cls.__doc__ or "", re.S):
-            found[name] = " ".join(re.sub(r":\w+:`~?([^`]*)`", r"\1", text).replace("``", "").split())
-        return found
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        """Build a config, refusing unknown keys with the list of valid ones."""
-        check_known_keys(cls, values, "config")
-        return cls(**values)
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field and what it accepts (no I/O, no torch)."""
-        if self.algo not in CREDIT_METHODS:
-            raise ValueError(f"algo must be one of {list(CREDIT_METHODS)}, got {self.algo!r}")
-        check_choice("mode", self.mode, MODES)
-        for name, smallest in _MIN_INTS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
-                raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
-        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
-            raise ValueError(f"batch_size must be an integer >= 1 or null (the whole rollout), got {self.batch_size!r}")
-        for name in ("learning_rate", "temperature", "clip_range", "lora_alpha"):
-            if not _number(getattr(self, name)) or getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a number > 0, got {getattr(self, name)!r}")
-        for name in ("kl_coef", "ent_coef"):
-            if not _number(getattr(self, name)) or getattr(self, name) < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
-        if self.eval_temperature is not None and (not _number(self.eval_temperature) or self.eval_temperature <= 0):
-            raise ValueError(f"eval_temperature must be > 0, or null for greedy evaluation, got {self.eval_temperature!r}")
-        check_choice("candidate_score", self.candidate_score, CANDIDATE_SCORES)
-        check_choice("rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
-        check_backend_for_mode(self.rollout_backend, self.mode)
-        if self.credit_preset is not None:
-            check_choice("credit_preset", self.credit_preset, CREDIT_PRESETS)
-        if self.warm_start is not None:
-            from milegpo.algos.warm_start import WarmStartConfig
-
-            if not isinstance(self.warm_start, dict):
-                raise ValueError(f"warm_start must be a dict of WarmStartConfig fields or null, got {self.warm_start!r}")
-            WarmStartConfig.from_dict(self.warm_start)
-        if not isinstance(self.eval_splits, list):
-            raise ValueError(f"eval_splits must be a list of split names (may be empty), got {self.eval_splits!r}")
-        if not isinstance(self.report_to, list):
-            raise ValueError(f"report_to must be a list of tracker names, got {self.report_to!r}")
+    def __post_init__(self) -> None:
+        check_int("run.total_timesteps", self.total_timesteps, 1)
+        check_int("run.seed", self.seed, 0)
+        check_int("run.checkpoint_freq", self.checkpoint_freq, 1)
+        if not isinstance(self.device, str) or (self.device != "auto" and not self.device.startswith(
+                ("cpu", "cuda", "mps", "xpu"))):
+            raise ValueError(f"run.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if not (isinstance(self.report_to, list) and all(isinstance(s, str) for s in self.report_to)):
+            raise ValueError(f"run.report_to must be a list of tracker names, got {self.report_to!r}")
         from milegpo.run.tracking import parse_report_to
 
         parse_report_to(self.report_to)
-        if self.device != "auto" and not str(self.device).startswith(("cpu", "cuda", "mps", "xpu")):
-            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run: the configs of what it builds.
+
+    :param env: what is played (:class:`EnvConfig`).
+    :param algo: the credit method and the update (:class:`~milegpo.config.AlgoConfig`).
+    :param policy: the model, the prompt and the sampling (:class:`~milegpo.config.PolicyConfig`).
+    :param eval: held-out evaluation (:class:`EvalConfig`).
+    :param run: budget, seed, device, checkpoints, trackers (:class:`RunConfig`).
+    """
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """A config from nested plain values; a setting of the flat layout earlier versions wrote
+        is refused with its new dotted name."""
+        moved = [f"{key} is now {RENAMED[key]}" for key in values if key in RENAMED and key not in SECTIONS]
+        if moved:
+            raise ValueError("settings moved into sections: " + "; ".join(moved))
+        return from_dict(cls, values)
 
     @classmethod
     def from_file(cls, path: str | Path) -> TrainConfig:
+        """A config from a YAML or JSON file of (some of) its settings over the defaults."""
+        return resolve_config(files=[path])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as nested plain values (what ``config.json`` holds)."""
+        return to_dict(self)
+
+    def replace(self, **dotted: Any) -> TrainConfig:
+        """A copy with some leaves changed, by dotted name: ``config.replace(**{"eval.temperature": None})``."""
+        values = self.to_dict()
+        for name, value in dotted.items():
+            *path, leaf = name.split(".")
+            node = values
+            for part in path:
+                node = node[part]
+            if leaf not in node:
+                raise ValueError(f"unknown setting {name!r}")
+            node[leaf] = value
+        return TrainConfig.from_dict(values)
+
+
+SECTIONS = tuple(f.name for f in fields(TrainConfig))
+
+#: the flat setting names of earlier versions (config files and ``milegpo train`` flags) -> their dotted names
+RENAMED = {
+    "algo": "algo.method", "env": "env.id", "env_kwargs": "env.kwargs", "train_split": "env.train_split",
+    "eval_splits": "eval.splits", "eval_split": "eval.splits", "n_tasks": "env.n_tasks", "group_size": "env.group_size",
+    "total_timesteps": "run.total_timesteps", "steps": "run.total_timesteps", "credit_preset": "algo.credit_preset",
+    "credit_kwargs": "algo.credit_kwargs", "model": "policy.model", "tiny_hidden_size": "run.tiny_model.hidden_size",
+    "tiny_layers": "run.tiny_model.layers", "tiny_heads": "run.tiny_model.heads", "lora_r": "policy.lora.r",
+    "lora_alpha": "policy.lora.alpha", "dtype": "policy.dtype", "gradient_checkpointing": "policy.gradient_checkpointing",
+    "device": "run.device", "warm_start": "run.warm_start", "mode": "policy.mode",
+    "prompt_template": "policy.prompt_template", "history_length": "policy.history_length",
+    "max_prompt_tokens": "policy.max_prompt_tokens", "candidate_score": "policy.candidate_score",
+    "temperature": "policy.temperature", "max_new_tokens": "policy.max_new_tokens", "think": "policy.think",
+    "rollout_backend": "policy.sampler.backend", "vllm_kwargs": "policy.sampler.vllm_kwargs",
+    "subprocess": "env.subprocess", "learning_rate": "algo.learning_rate", "lr": "algo.learning_rate",
+    "n_epochs": "algo.n_epochs", "batch_size": "algo.batch_size", "micro_batch_tokens": "algo.micro_batch_tokens",
+    "clip_range": "algo.clip_range", "kl_coef": "algo.kl_coef", "ent_coef": "algo.ent_coef",
+    "n_eval_tasks": "eval.n_tasks", "eval_copies": "eval.copies", "eval_freq": "eval.freq",
+    "eval_temperature": "eval.temperature", "checkpoint_freq": "run.checkpoint_freq", "seed": "run.seed",
+    "report_to": "run.report_to",
+}  # fmt: skip
+
+#: named presets: YAML files of the settings they change (milegpo/run/presets/<name>.yaml)
+PRESETS = ("cpu-demo", "paper-alfworld", "paper-webshop")
+#: what ``milegpo train`` uses when given neither a preset nor a config file
+DEMO_PRESET = "cpu-demo"
+
+
+def preset_text(name: str) -> str:
+    """The YAML of a named preset."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets: {list(PRESETS)}")
+    return resources.files("milegpo.run").joinpath("presets", f"{name}.yaml").read_text()
+
+
+def resolve_config(preset: str | None = None, files: Sequence[str | Path] = (), overrides: Sequence[str] = (),
+                   base: TrainConfig | None = None) -> TrainConfig:
+    """The config from layered sources: ``base`` (or the defaults), a named preset, config files
+    (YAML or JSON) in order, then ``section.field=value`` overrides (OmegaConf's dotlist syntax:
+    ``eval.splits=[eval_id]``, ``policy.model=null``).
+
+    Raises ``ValueError`` naming the setting for an unknown key, a value of the wrong type or out
+    of range, and a setting of the old flat layout (with its new name).
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    merged = _schema(base or TrainConfig())
+    layers: list[tuple[str, Any]] = []
+    try:
+        if preset is not None:
+            layers.append((f"preset {preset}", OmegaConf.create(preset_text(preset))))
+        for path in files:
+            layers.append((f"config file {str(path)!r}", _load_file(Path(path))))
+        if overrides:
+            layers.append(("the overrides", OmegaConf.from_dotlist(list(overrides))))
+    except OmegaConfBaseException as exc:
+        raise ValueError(_omegaconf_message(exc)) from None
+    for where, layer in layers:
+        _refuse_flat_keys(OmegaConf.to_container(layer), where)
         try:
-            values = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise ValueError(f"cannot read config file {str(path)!r}: {error}") from error
-        return cls.from_dict(values)
-
-    def env_kwargs_for(self, split: str | None) -> dict[str, Any]:
-        """The env's constructor arguments for a task split (``split`` added to ``env_kwargs``; None: none)."""
-        kwargs = dict(self.env_kwargs)
-        if split is not None:
-            kwargs["split"] = split
-        return kwargs
-
-    def policy_kwargs(self, model_path: str) -> dict[str, Any]:
-        """The ``policy_kwargs`` of the algorithm this config builds, for the model at ``model_path``."""
-        return {
-            "model": model_path,
-            "mode": self.mode,
-            "lora": {"r": self.lora_r, "alpha": self.lora_alpha},
-            "dtype": self.dtype,
-            "prompt_template": self.prompt_template,
-            "history_length": self.history_length,
-            "max_prompt_tokens": self.max_prompt_tokens,
-            "candidate_score": self.candidate_score,
-            "temperature": self.temperature,
-            "max_new_tokens": self.max_new_tokens,
-            "think": self.think,
-            "gradient_checkpointing": self.gradient_checkpointing,
-            "seed": self.seed,
-            **({"rollout_backend": self.rollout_backend, "vllm_kwargs": dict(self.vllm_kwargs)}
-               if self.rollout_backend != "hf" else {}),
-        }
+            merged = OmegaConf.merge(merged, layer)
+        except OmegaConfBaseException as exc:
+            raise ValueError(f"{where}: {_omegaconf_message(exc)}") from None
+    values = OmegaConf.to_container(merged, resolve=True)
+    assert isinstance(values, dict)
+    return TrainConfig.from_dict({str(k): v for k, v in values.items()})
 
 
-def _number(value: Any) -> bool:
-    """A finite int or float (not a bool): ``nan <= 0`` is False, so NaN must be refused here."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _schema(config: TrainConfig) -> Any:
+    """``config`` as a typed, writable OmegaConf tree (frozen dataclasses make read-only nodes)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    tree = OmegaConf.structured(config)
+
+    def unlock(node: DictConfig) -> None:
+        OmegaConf.set_readonly(node, False)
+        for key in node:
+            child = node._get_node(key)
+            if isinstance(child, DictConfig):
+                unlock(child)
+
+    unlock(tree)
+    return tree
+
+
+def _load_file(path: Path) -> Any:
+    from omegaconf import OmegaConf
+
+    if not path.is_file():
+        raise ValueError(f"config file {str(path)!r} does not exist")
+    try:
+        return OmegaConf.create(json.loads(path.read_text())) if path.suffix == ".json" else OmegaConf.load(path)
+    except (json.JSONDecodeError, OSError) as exc:
+        raise ValueError(f"cannot read config file {str(path)!r}: {exc}") from None
+
+
+def _refuse_flat_keys(values: Any, where: str) -> None:
+    if isinstance(values, dict):
+        moved = [f"{key} is now {RENAMED[key]}" for key in values if key in RENAMED and key not in SECTIONS]
+        if moved:
+            raise ValueError(f"{where}: settings moved into sections: " + "; ".join(moved))
+
+
+def _omegaconf_message(exc: Exception) -> str:
+    """OmegaConf's message in one line, with the setting's dotted name."""
+    lines = str(exc).strip().splitlines()
+    key = next((line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("full_key:")), "")
+    first = lines[0] if lines else type(exc).__name__
+    first = re.sub(r"Key '(\w+)' not in '\w+'", r"unknown setting '\1'", first)
+    return f"{key}: {first}" if key and key not in first else first
+
+
+def leaves(cls: type = TrainConfig, prefix: str = "") -> Iterator[tuple[str, Any, str]]:
+    """Every leaf setting as (dotted name, type annotation, description), in declaration order."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for f in fields(cls):
+        name = f"{prefix}{f.name}"
+        sub = settings_class(hints[f.name])
+        if sub is not None and f.name != "warm_start":
+            yield from leaves(sub, f"{name}.")
+        else:
+            yield name, hints[f.name], docs.get(f.name, "")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's description from a settings class's ``:param`` docstring lines, as plain text."""
+    found = {}
+    for name, text in re.findall(r":param (\w+): (.*?)(?=\n\s*:param |\n\s*\"\"\"|\Z)", cls.__doc__ or "", re.S):
+        text = re.sub(r":\w+:`~?([^`]*)`", r"\1", text).replace("``", "")
+        found[name] = " ".join(text.split())
+    return found
+
+
+def lookup(config: TrainConfig, dotted: str) -> Any:
+    """The value of a leaf by dotted name."""
+    node: Any = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def describe_value(value: Any) -> str:
+    """A value as it is written in YAML and in overrides (null, true, [a, b])."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+__all__ = ["DEMO_PRESET", "PRESETS", "AlgoConfig", "EnvConfig", "EvalConfig", "PolicyConfig", "RunConfig",
+           "TinyModelConfig", "TrainConfig", "WarmStartConfig", "resolve_config"]

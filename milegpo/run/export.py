@@ -43,7 +43,7 @@ def export_run(run_dir: str | Path, out: str | Path, merged: bool = False, overw
             _check_adapter_config(tmp / "adapter_config.json", policy.model.peft_config["default"])
         policy.tokenizer.save_pretrained(str(tmp))
         (tmp / "milegpo_export.json").write_text(json.dumps(
-            {"run_dir": str(Path(run_dir).resolve()), "algo": config.algo, "env": config.env,
+            {"run_dir": str(Path(run_dir).resolve()), "algo": config.algo.method, "env": config.env.id,
              "num_timesteps": int(model.num_timesteps), "merged": merged,
              "base_model": _resolved(str(policy.model_name))}, indent=2) + "\n")
         if out.exists():

@@ -1,6 +1,6 @@
 """Experiment trackers (Weights & Biases, MLflow) as SB3 logger output formats.
 
-``milegpo train --report-to tensorboard,wandb,mlflow`` adds one writer per tracker to the
+``milegpo train run.report_to=[tensorboard,wandb,mlflow]`` adds one writer per tracker to the
 run's SB3 logger, beside ``progress.csv`` (always written, the record a resume restores):
 every log row (rollout, credit diagnostics, update and ``eval/*`` values) goes to each
 tracker at its env step, the run's :class:`~milegpo.run.train.TrainConfig` is the tracker
@@ -42,7 +42,7 @@ def parse_report_to(value: str | list[str] | tuple[str, ...]) -> list[str]:
         return []
     unknown = sorted(set(names) - set(TRACKERS))
     if unknown:
-        raise ValueError(f"report_to: unknown tracker(s) {unknown}; choose from {list(TRACKERS)} or 'none'")
+        raise ValueError(f"run.report_to: unknown tracker(s) {unknown}; choose from {list(TRACKERS)} or 'none'")
     return list(dict.fromkeys(names))
 
 
@@ -83,7 +83,7 @@ def _require(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ImportError(f"--report-to {extra} needs the {module} package: pip install 'milegpo[tracking]' "
+        raise ImportError(f"run.report_to {extra} needs the {module} package: pip install 'milegpo[tracking]' "
                           f"(or pip install {module if module != 'mlflow' else 'mlflow-skinny'})") from None
 
 
@@ -107,7 +107,7 @@ def _check_mlflow_store() -> None:
         mlflow.tracking.MlflowClient().search_experiments(max_results=1)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"--report-to mlflow: the MLflow tracking store {uri!r} does not work ({first}). Set "
+        raise ValueError(f"run.report_to mlflow: the MLflow tracking store {uri!r} does not work ({first}). Set "
                          "MLFLOW_TRACKING_URI to a store that does (e.g. sqlite:///mlflow.db with SQLAlchemy "
                          "installed: pip install 'milegpo[tracking]', or http://host:5000)") from None
 

@@ -10,11 +10,10 @@ checkpoint: every log is first cut back to that checkpoint's iteration
 exactly once. Resuming a finished run does nothing. The whole config is checked
 (values, env, model, device) before anything is written.
 
-The defaults of :class:`TrainConfig` are the CPU demo: MileGPO in ``choose`` mode,
-a tiny offline model (hidden size 32, one layer), the built-in House env, a
-memoryless prompt (task + observation). They are the settings of the
-learning-efficiency benchmark (``benchmarks/learning_efficiency.json``). For a real
-LM use a config file: ``configs/paper_alfworld_gpu.json`` is the paper's setting.
+The config is a :class:`~milegpo.run.config.TrainConfig`; ``milegpo train`` with no arguments
+runs its ``cpu-demo`` preset (MileGPO in choose mode on the built-in House env with an offline
+tiny model), the settings of the learning-efficiency benchmark. ``--preset paper-alfworld`` and
+``--preset paper-webshop`` are the paper's GPU settings.
 """
 
 from __future__ import annotations
@@ -49,19 +48,20 @@ from milegpo.run_folder import (
 
 
 def prepare_model(config: TrainConfig, run_dir: Path) -> str:
-    """The model path of the run: ``config.model``, or a tiny model built offline in the run folder."""
-    if config.model is not None:
-        return config.model
+    """The model path of the run: ``config.policy.model``, or a tiny model built offline in the run folder."""
+    if config.policy.model is not None:
+        return config.policy.model
     target = run_dir / BASE_MODEL_DIR
     if (target / "config.json").exists():
         return str(target)
     from milegpo.policies import PROMPT_TEMPLATES, tiny_model
     from milegpo.policies.prompts import HISTORY_HEADER, HISTORY_STEP, INSTRUCTIONS
 
-    texts = env_vocabulary(config.env, config.env_kwargs_for(config.train_split), seed=config.seed)
+    texts = env_vocabulary(config.env.id, config.env.kwargs_for(config.env.train_split), seed=config.run.seed)
     texts += [*PROMPT_TEMPLATES.values(), HISTORY_HEADER, HISTORY_STEP, *map(str, INSTRUCTIONS.values())]
-    return tiny_model(texts, target, hidden_size=config.tiny_hidden_size, num_layers=config.tiny_layers,
-                      num_heads=config.tiny_heads, seed=config.seed)
+    tiny = config.run.tiny_model
+    return tiny_model(texts, target, hidden_size=tiny.hidden_size, num_layers=tiny.layers, num_heads=tiny.heads,
+                      seed=config.run.seed)
 
 
 def check_setup(config: TrainConfig) -> None:
@@ -69,14 +69,13 @@ def check_setup(config: TrainConfig) -> None:
 
     Run before a run folder is made, so a bad config leaves nothing behind.
     """
-    config.validate()
     _check_env(config)
     from milegpo.policies.model import check_torchvision
 
     check_torchvision()
-    _check_model(config.model)
-    _check_device(config.device)
-    if config.rollout_backend == "vllm":
+    _check_model(config.policy.model)
+    _check_device(config.run.device)
+    if config.policy.sampler.backend == "vllm":
         from milegpo.policies.vllm_sampler import import_vllm
 
         try:
@@ -87,21 +86,20 @@ def check_setup(config: TrainConfig) -> None:
 
 def _check_env(config: TrainConfig) -> None:
     """Make the env once per split it will be made with (unknown id, bad kwargs, no splits)."""
-    for split in dict.fromkeys([config.train_split, *config.eval_splits]):
-        kwargs = config.env_kwargs_for(split)
+    for split in dict.fromkeys([config.env.train_split, *config.eval.splits]):
+        kwargs = config.env.kwargs_for(split)
         try:
-            env = make_env(config.env, **kwargs)
+            env = make_env(config.env.id, **kwargs)
         except UnknownEnvError:
             raise
         except ImportError as exc:
-            raise ValueError(f"{config.env} needs a package that is not installed: {exc}") from None
+            raise ValueError(f"{config.env.id} needs a package that is not installed: {exc}") from None
         except (TypeError, ValueError, FileNotFoundError, KeyError) as exc:
             if split is not None and "split" in str(exc):
-                raise ValueError(f"{config.env} does not take split={split!r} ({exc}). If it has no task splits, pass "
-                                 "--train-split none --eval-split none (config: \"train_split\": null, "
-                                 "\"eval_splits\": [])") from None
-            raise ValueError(f"cannot make {config.env} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
-                             "Check --env-kwargs (the env's constructor arguments)") from None
+                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}). If it has no task splits, set "
+                                 "env.train_split=null eval.splits=[]") from None
+            raise ValueError(f"cannot make {config.env.id} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
+                             "Check env.kwargs (the env's constructor arguments)") from None
         try:
             _check_first_state(env, config, split)
         finally:
@@ -110,15 +108,15 @@ def _check_env(config: TrainConfig) -> None:
 
 def _check_first_state(env: Any, config: TrainConfig, split: str | None) -> None:
     """One reset of the env (task seed 0): it must start, and in choose mode list its commands."""
-    where = f"{config.env}" + (f" (split {split!r})" if split is not None else "")
+    where = f"{config.env.id}" + (f" (split {split!r})" if split is not None else "")
     try:
         _, info = env.reset(seed=0)
     except Exception as exc:
         raise ValueError(f"{where} failed at its first reset: {type(exc).__name__}: {exc}") from None
-    if config.mode == "choose" and not info.get("admissible_commands"):
+    if config.policy.mode == "choose" and not info.get("admissible_commands"):
         raise ValueError(f"{where} lists no admissible commands (info['admissible_commands'] is "
-                         f"{info.get('admissible_commands')!r}): mode 'choose' scores them; use --mode generate for "
-                         "a free-text env")
+                         f"{info.get('admissible_commands')!r}): mode 'choose' scores them; use policy.mode=generate "
+                         "for a free-text env")
 
 
 def _check_model(model: str | None) -> None:
@@ -147,7 +145,7 @@ def _check_device(device: str) -> None:
 
     if not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but this machine has no usable CUDA device "
-                         f"(torch {torch.__version__}): use --device cpu, or --device auto to take a GPU when there is one")
+                         f"(torch {torch.__version__}): use run.device=cpu, or run.device=auto to take a GPU when there is one")
     index = int(device.split(":")[1]) if ":" in device else 0
     if index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
@@ -156,19 +154,19 @@ def _check_device(device: str) -> None:
 def eval_seed(config: TrainConfig, split: str | None) -> int:
     """The seed of a split's sampled evaluation: fixed per (run seed, split), so a checkpoint's score on
     a split does not depend on what was evaluated before it."""
-    return zlib.crc32(f"{config.seed}:{split}".encode())
+    return zlib.crc32(f"{config.run.seed}:{split}".encode())
 
 
 def _eval_env(config: TrainConfig, split: str | None):
     from milegpo.envs import make_vec_env  # imports SB3 and torch: not at module import
 
-    return make_vec_env(config.env, n_tasks=config.n_eval_tasks, group_size=config.eval_copies, seed=config.seed,
-                        env_kwargs=config.env_kwargs_for(split), subprocess=config.subprocess)
+    return make_vec_env(config.env.id, n_tasks=config.eval.n_tasks, group_size=config.eval.copies, seed=config.run.seed,
+                        env_kwargs=config.env.kwargs_for(split), subprocess=config.env.subprocess)
 
 
 def default_run_dir(config: TrainConfig) -> Path:
-    name = config.env.split("/")[-1].lower()
-    return Path("runs") / f"{config.algo}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = config.env.id.split("/")[-1].lower()
+    return Path("runs") / f"{config.algo.method}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool = False, progress_bar: bool = True,
@@ -188,9 +186,9 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     from milegpo.run.tracking import check_available
 
     check_setup(config)
-    check_available(config.report_to)
+    check_available(config.run.report_to)
     owns_group = distributed.launched_by_torchrun() and not distributed.group_initialized()
-    world = distributed.init_from_environment(config.device)
+    world = distributed.init_from_environment(config.run.device)
     try:
         return _train_ranks(config, world, run_dir, resume, progress_bar, verbose)
     finally:
@@ -203,8 +201,8 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     """:func:`train` in an initialised world (one process, or this rank of several)."""
     from milegpo.algos import distributed
 
-    if config.n_tasks % world.size:
-        raise ValueError(f"n_tasks ({config.n_tasks}) must be a multiple of the number of processes ({world.size}): "
+    if config.env.n_tasks % world.size:
+        raise ValueError(f"n_tasks ({config.env.n_tasks}) must be a multiple of the number of processes ({world.size}): "
                          "each process plays whole task groups")
     run_dir = Path(distributed.broadcast_from_main(str(run_dir or default_run_dir(config)), world))
     main = world.is_main
@@ -226,20 +224,20 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     try:
         if main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+            (run_dir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
             model_path = prepare_model(config, run_dir)
         model_path = distributed.broadcast_from_main(model_path if main else None, world)
-        env = make_vec_env(config.env, n_tasks=config.n_tasks // world.size, group_size=config.group_size,
-                           seed=config.seed, env_kwargs=config.env_kwargs_for(config.train_split),
-                           subprocess=config.subprocess, shard=(world.rank, world.size))
+        env = make_vec_env(config.env.id, n_tasks=config.env.n_tasks // world.size, group_size=config.env.group_size,
+                           seed=config.run.seed, env_kwargs=config.env.kwargs_for(config.env.train_split),
+                           subprocess=config.env.subprocess, shard=(world.rank, world.size))
         env.errors.path = run_dir / ENV_ERRORS_FILE
-        device = distributed.rank_device(config.device, world)
+        device = distributed.rank_device(config.run.device, world)
         checkpoint = _latest_intact(run_dir / CHECKPOINTS_DIR, verbose) if resume and main else None
         checkpoint = distributed.broadcast_from_main(checkpoint, world)
         if checkpoint is not None:
             from milegpo.algos import ALGORITHMS
 
-            model = ALGORITHMS[config.algo].load(checkpoint, env=env, device=device)
+            model = ALGORITHMS[config.algo.method].load(checkpoint, env=env, device=device)
             if verbose:
                 print(f"Resuming from {checkpoint} at {model.num_timesteps} env steps (iteration {model.iterations})")
         else:
@@ -264,12 +262,12 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
             if verbose and any(dropped.values()):
                 print(f"Logs cut back to iteration {iteration}: dropped " +
                       ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items() if n))
-        model.set_logger(configure_run_logger(run_dir, verbose=verbose, report_to=config.report_to,
-                                              config=dataclasses.asdict(config)))
-        callbacks.append(CheckpointCallback(config.checkpoint_freq, run_dir / CHECKPOINTS_DIR))
-        for index, split in enumerate(config.eval_splits):  # every split in the log rows, the first is eval.jsonl
+        model.set_logger(configure_run_logger(run_dir, verbose=verbose, report_to=config.run.report_to,
+                                              config=config.to_dict()))
+        callbacks.append(CheckpointCallback(config.run.checkpoint_freq, run_dir / CHECKPOINTS_DIR))
+        for index, split in enumerate(config.eval.splits):  # every split in the log rows, the first is eval.jsonl
             eval_envs.append(_eval_env(config, split))
-            callbacks.append(EvalCallback(eval_envs[-1], eval_freq=config.eval_freq, n_eval_tasks=config.n_eval_tasks,
+            callbacks.append(EvalCallback(eval_envs[-1], eval_freq=config.eval.freq, n_eval_tasks=config.eval.n_tasks,
                                           seed=eval_seed(config, split), log_name=f"eval/{split}",
                                           curve_file=EVAL_CURVE_FILE if index == 0 else None,
                                           **_eval_sampling(config)))
@@ -277,7 +275,7 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
         from stable_baselines3.common.logger import Logger
 
         model.set_logger(Logger(folder=None, output_formats=[]))  # rank 0 logs for everyone
-    remaining = config.total_timesteps - model.num_timesteps
+    remaining = config.run.total_timesteps - model.num_timesteps
     try:
         if remaining > 0:
             model.learn(remaining, callback=callbacks, reset_num_timesteps=not resumed,
@@ -296,10 +294,10 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
 def start_model(config: TrainConfig, env: Any, model_path: str, device: str = "cpu",
                 run_dir: Path | None = None, verbose: int = 0) -> Any:
     """The untrained model a run of ``config`` starts from, on the vec env ``env``: built with
-    the run's settings and seed, then warm-started when ``config.warm_start`` is set (its report
+    the run's settings and seed, then warm-started when ``config.run.warm_start`` is set (its report
     goes to ``run_dir`` when given). What :func:`train` trains; benchmarks also sample from it."""
     model = _new_model(config, env, model_path, verbose, device)
-    if config.warm_start is not None:
+    if config.run.warm_start is not None:
         _warm_start(model, config, run_dir, verbose)
     return model
 
@@ -307,28 +305,24 @@ def start_model(config: TrainConfig, env: Any, model_path: str, device: str = "c
 def _new_model(config: TrainConfig, env: Any, model_path: str, verbose: int, device: str) -> Any:
     from milegpo.algos import ALGORITHMS
 
-    return ALGORITHMS[config.algo](
-        "LLMPolicy", env, learning_rate=config.learning_rate, n_epochs=config.n_epochs,
-        batch_size=config.batch_size, micro_batch_tokens=config.micro_batch_tokens,
-        kl_coef=config.kl_coef, ent_coef=config.ent_coef,
-        clip_range=config.clip_range, credit_preset=config.credit_preset,
-        credit_kwargs=dict(config.credit_kwargs), policy_kwargs=config.policy_kwargs(model_path),
-        verbose=verbose, seed=config.seed, device=device,
-    )
+    policy = dataclasses.replace(config.policy, model=model_path)
+    return ALGORITHMS[config.algo.method]("LLMPolicy", env, config.algo, policy_kwargs=policy, verbose=verbose,
+                                          seed=config.run.seed, device=device)
 
 
 def _warm_start(model: Any, config: TrainConfig, run_dir: Path | None, verbose: int) -> None:
     """Clone the env's noisy expert into the fresh policy (every rank alike: same seed, same
     demonstrations), and write the report to ``warm_start.json`` on the main rank."""
-    from milegpo.algos.warm_start import WarmStartConfig, warm_start
+    from milegpo.algos.warm_start import warm_start
     from milegpo.envs import make_env
 
-    settings = WarmStartConfig.from_dict(config.warm_start or {})
+    settings = config.run.warm_start
+    assert settings is not None
     if settings.seed is None:
-        settings.seed = config.seed
-    env = make_env(config.env, **{**config.env_kwargs_for(config.train_split), **settings.env_kwargs})
+        settings = dataclasses.replace(settings, seed=config.run.seed)
+    env = make_env(config.env.id, **{**config.env.kwargs_for(config.env.train_split), **settings.env_kwargs})
     try:
-        report = warm_start(model.policy, env, settings, micro_batch_tokens=model.micro_batch_tokens)
+        report = warm_start(model.policy, env, settings, micro_batch_tokens=model.config.micro_batch_tokens)
     except NotImplementedError as error:
         raise ValueError(f"warm_start needs an env with a scripted expert: {error}") from error
     finally:
@@ -371,7 +365,7 @@ def _latest_intact(folder: Path, verbose: int) -> str | None:
 
 
 def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = True) -> bool:
-    """Whether a run folder's final checkpoint already reached ``config.total_timesteps``;
+    """Whether a run folder's final checkpoint already reached ``config.run.total_timesteps``;
     if only its final evaluation is missing (killed during it), rank 0 runs that."""
     from milegpo.algos import ALGORITHMS
     from milegpo.algos.checkpoint import CheckpointError, read_config
@@ -380,7 +374,7 @@ def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = Tru
         counters = read_config(run_dir / FINAL_DIR)["counters"]
     except CheckpointError:
         return False
-    if counters["num_timesteps"] < config.total_timesteps:
+    if counters["num_timesteps"] < config.run.total_timesteps:
         return False
     if not main:
         return True
@@ -388,11 +382,11 @@ def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = Tru
         missing = [name for name in _expected_plots(run_dir) if not (run_dir / name).exists()]
         if missing and write_plots_safely(run_dir):
             print(f"Wrote the missing plot(s) {', '.join(missing)} of {run_dir}")
-        print(f"{run_dir} is finished ({counters['num_timesteps']} of {config.total_timesteps} env steps): "
-              f"nothing to do. To train further: milegpo train --resume {run_dir} --steps N (N > "
+        print(f"{run_dir} is finished ({counters['num_timesteps']} of {config.run.total_timesteps} env steps): "
+              f"nothing to do. To train further: milegpo train --resume {run_dir} run.total_timesteps=N (N > "
               f"{counters['num_timesteps']})")
         return True
-    model = ALGORITHMS[config.algo].load(run_dir / FINAL_DIR, device=config.device)
+    model = ALGORITHMS[config.algo.method].load(run_dir / FINAL_DIR, device=config.run.device)
     _finish(model, config, run_dir, verbose)
     return True
 
@@ -408,35 +402,35 @@ def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, logger
     (run_dir / EVAL_FINAL_FILE).write_text(json.dumps(results, indent=2) + "\n")
     write_plots_safely(run_dir)
     if logger is None:
-        logger = Logger(folder=None, output_formats=tracker_formats(config.report_to, run_dir, dataclasses.asdict(config)))
+        logger = Logger(folder=None, output_formats=tracker_formats(config.run.report_to, run_dir, config.to_dict()))
     plots = sorted(run_dir.glob("*.png")) + [run_dir / EVAL_FINAL_FILE]
     finish_trackers(logger, results, plots)
     if verbose:
         for split, result in results.items():
-            print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x {config.eval_copies}")
+            print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x {config.eval.copies}")
         print(f"Run folder: {run_dir}")
 
 
 def _eval_sampling(config: TrainConfig) -> dict[str, Any]:
     """Greedy when ``eval_temperature`` is None, else sampled at that temperature."""
-    if config.eval_temperature is None:
+    if config.eval.temperature is None:
         return {"deterministic": True}
-    return {"deterministic": False, "temperature": config.eval_temperature}
+    return {"deterministic": False, "temperature": config.eval.temperature}
 
 
 def evaluate_model(model: Any, config: TrainConfig, splits: list[str] | None = None,
                    n_tasks: int | None = None, progress: bool = False) -> dict[str, dict[str, Any]]:
-    """Success on the first ``n_tasks`` tasks of each eval split, sampled at ``config.eval_temperature``
+    """Success on the first ``n_tasks`` tasks of each eval split, sampled at ``config.eval.temperature``
     (greedy when it is None) with the split's fixed :func:`eval_seed`."""
     results = {}
-    for split in splits or config.eval_splits:  # none: the run has no held-out evaluation
+    for split in splits or config.eval.splits:  # none: the run has no held-out evaluation
         env = _eval_env(config, split)
         try:
-            result = model.evaluate(env, n_episodes=n_tasks or config.n_eval_tasks, seed=eval_seed(config, split),
+            result = model.evaluate(env, n_episodes=n_tasks or config.eval.n_tasks, seed=eval_seed(config, split),
                                     progress=progress, **_eval_sampling(config))
         finally:
             env.close()
-        results[str(split)] = {k: v for k, v in result.items() if k != "per_task"} | {"n_tasks": n_tasks or config.n_eval_tasks}
+        results[str(split)] = {k: v for k, v in result.items() if k != "per_task"} | {"n_tasks": n_tasks or config.eval.n_tasks}
     return results
 
 
@@ -451,7 +445,7 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
     checkpoint = run_dir / FINAL_DIR if (run_dir / FINAL_DIR).exists() else latest_checkpoint(run_dir / CHECKPOINTS_DIR)
     if checkpoint is None:
         raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet ({FINAL_DIR}/ or {CHECKPOINTS_DIR}/)")
-    return config, ALGORITHMS[config.algo].load(checkpoint, device=config.device)
+    return config, ALGORITHMS[config.algo.method].load(checkpoint, device=config.run.device)
 
 
 def _has_progress(run_dir: Path) -> bool:
@@ -488,7 +482,7 @@ def write_plots(run_dir: Path) -> None:
     progress = run_dir / PROGRESS_FILE
     if _has_progress(run_dir):
         config = TrainConfig.from_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).exists() else TrainConfig()
-        eval_split = config.eval_splits[0] if config.eval_splits else None
+        eval_split = config.eval.splits[0] if config.eval.splits else None
         plot_learning_curve(progress, run_dir / LEARNING_CURVE_PNG, title=run_dir.name, eval_split=eval_split)
         plot_credit_diagnostics(progress, run_dir / CREDIT_DIAGNOSTICS_PNG, title=run_dir.name)
     plot_run_trajectory_credit(run_dir)  # trajectory_credit.png from last_batch.npz (nothing without one)
