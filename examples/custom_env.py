@@ -3,7 +3,7 @@
 A :class:`~milegpo.envs.TextEnv` subclass implements ``_reset``, ``_step`` and
 ``admissible_commands``; the base class does the rest (invalid actions, the horizon,
 the info keys). Registered, it works everywhere a built-in env does:
-``make_vec_env``, ``MileGPO("LLMPolicy", env)``, ``milegpo train --env examples/Safe-v0``
+``make_vec_env``, ``MileGPO("LLMPolicy", env)``, ``milegpo train env.id=examples/Safe-v0``
 (after importing this file), ``milegpo play``.
 
 Run: ``python examples/custom_env.py`` (a random rollout, then an 8,000-step MileGPO
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     eval_env = make_vec_env("examples/Safe-v0", n_tasks=args.n_eval_tasks, group_size=4, seed=args.seed)
     out = Path(args.out)
     model_dir = tiny_model(VOCABULARY, out / "base_model", hidden_size=32, num_layers=1, num_heads=2, seed=args.seed)
-    model = MileGPO("LLMPolicy", env, learning_rate=3e-3, batch_size=64, seed=args.seed, verbose=1,
+    model = MileGPO("LLMPolicy", env, learning_rate=3e-3, batch_size=64, kl_coef=0.0, seed=args.seed, verbose=1,
                     policy_kwargs={"model": model_dir, "mode": "choose", "candidate_score": "mean",
                                    "lora": {"r": 8, "alpha": 16}})
 

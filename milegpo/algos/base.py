@@ -4,7 +4,8 @@
 ``learn`` loop, logger (stdout / csv / tensorboard), callbacks and progress bar, and
 overrides what text and groups need:
 
-* ``collect_rollouts``: one *rollout* runs every group's episodes to the end (all
+* ``collect_rollouts`` (:class:`~milegpo.algos.iteration.RolloutMixin`: *collect*, then
+  *assign credit*): one *rollout* runs every group's episodes to the end (all
   ``group_size`` copies of each task, until done or the env's horizon), from a fresh
   group reset of the :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`;
 * the :class:`~milegpo.algos.buffer.TextRolloutBuffer` then turns the finished
@@ -50,18 +51,16 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 
-from milegpo.algos import checkpoint as ckpt
 from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
 from milegpo.algos.console import use_console_format
 from milegpo.algos.errors import TrainingError
+from milegpo.algos.iteration import RolloutMixin
 from milegpo.algos.persistence import CheckpointMixin
-from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes
-from milegpo.algos.run_outputs import write_credit_outputs
 from milegpo.algos.update import UpdateSettings, run_update
 from milegpo.config import AlgoConfig, PolicyConfig
 from milegpo.config.fields import from_dict, with_overrides
@@ -74,11 +73,7 @@ logger = logging.getLogger(__name__)
 
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
 
-#: rollouts in a row that may lose every episode to env errors before training stops
-MAX_LOST_ROLLOUTS = 3
-
-
-class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
+class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
     """Critic-free group RL for text agents (the base of MileGPO, GraphGPO, GiGPO, GRPO).
 
     :param policy: ``"LLMPolicy"`` or a policy class with the LLMPolicy interface.
@@ -304,104 +299,11 @@ class GroupRLAlgorithm(CheckpointMixin, OnPolicyAlgorithm):
         return self
 
     # ---------------------------------------------------------- rollouts
-    def collect_rollouts(
-        self,
-        env: VecEnv,
-        callback: BaseCallback,
-        rollout_buffer: TextRolloutBuffer,  # type: ignore[override]
-        n_rollout_steps: int,
-    ) -> bool:
-        """Run all groups' episodes to the end, then compute the credit of every step.
-
-        ``n_rollout_steps`` is unused: a rollout ends when every env of the vec env is done.
-        """
-        assert isinstance(env, GroupedTextVecEnv)
-        if self._dump_pending:  # the untrained policy's evaluation (iteration 0): its own row
-            self.logger.dump(step=self.num_timesteps)
-            self._dump_pending = False
-        self.policy.set_training_mode(False)
-        try:
-            if self._last_obs is None:
-                self._seed_tasks(env)
-                self._last_obs = env.reset()
-            obs = self._last_obs
-            infos = [dict(info) for info in env.reset_infos]
-            rollout_buffer.reset(env.task_seeds)
-            for i, info in enumerate(infos):
-                if info.get("env_error") is not None:
-                    rollout_buffer.add_reset_error(i, str(info["env_error"]))
-            # sampling seeded per (run, iteration, rank): reproducible and resumable on any number of ranks
-            self.policy.reseed_sampling(int(np.random.SeedSequence(
-                [self.task_seed_base, 2, self._iterations, self.world.rank]).generate_state(1)[0]))
-            callback.on_rollout_start()
-            timesteps_before = self.num_timesteps
-            meter = RolloutMeter()
-
-            def record(step: RolloutStep) -> bool:
-                meter.policy_seconds += step.policy_seconds
-                self.num_timesteps += len(step.active)
-                for k, i in enumerate(step.active):
-                    sample = step.samples[k]
-                    rollout_buffer.add(int(i), sample, step.infos[i].get("state_key", ""), step.rewards[i],
-                                       bool(step.dones[i]), step.new_infos[i])
-                    meter.add(sample)
-                    if step.dones[i]:
-                        self._record_episode(rollout_buffer, int(i))
-                callback.update_locals(locals())
-                return callback.on_step()
-
-            if not play_episodes(self.policy, env, obs, infos, deterministic=False, on_step=record):
-                return False
-            rollout_time = time.perf_counter() - meter.started
-            t0 = time.perf_counter()
-            credit = None
-            if rollout_buffer.num_steps:  # none: every env failed at reset (stopped below, once all ranks know)
-                credit = rollout_buffer.compute_credit(self.credit_method, self.credit_config)
-            credit_time = time.perf_counter() - t0
-        finally:
-            self._last_obs = None
-        # env steps of all ranks (every rank then agrees on when learn() ends)
-        local_steps = self.num_timesteps - timesteps_before
-        self.num_timesteps = timesteps_before + int(distributed.all_reduce_sum([local_steps], self.world)[0])
-        stats = distributed.reduce_rollout_stats(rollout_buffer.stats(), self.world)
-        self._check_rollout_lost(stats, rollout_buffer, env)
-        batch, credit = distributed.global_credit(self.credit_method, self.credit_config, rollout_buffer.batch,
-                                                  credit, env.n_tasks, self.world)
-        self._rollout_log = meter.log(stats, rollout_time, credit_time)
-        if credit is not None:
-            self._rollout_log.update(credit.log_values())
-            meta = {"iteration": self._iterations + 1, "num_timesteps": self.num_timesteps,
-                    "method": self.credit_method}
-            write_credit_outputs(self.logger, credit, batch, meta, stats["success_rate"])
-        callback.update_locals(locals())
-        callback.on_rollout_end()
-        return True
-
-    def _check_rollout_lost(self, stats: dict[str, float], buffer: TextRolloutBuffer, env: GroupedTextVecEnv) -> None:
-        """Stop with :class:`TrainingError` when the env cannot be played: no env completed a step
-        (all ranks), or :data:`MAX_LOST_ROLLOUTS` rollouts in a row lost every episode to env errors."""
-        lost = stats["episodes"] > 0 and stats["env_errors"] >= stats["episodes"]
-        self._lost_rollouts = self._lost_rollouts + 1 if lost else 0
-        if stats["steps"] and self._lost_rollouts < MAX_LOST_ROLLOUTS:
-            return
-        errors = [t.env_error for t in buffer.trajectories if t.env_error is not None]
-        example = f": {errors[0]}" if errors else ""
-        where = f"; tracebacks in {env.errors.path}" if env.errors.path is not None else ""
-        what = ("no env completed a step (every episode ended in an env error at reset or its first step)"
-                if not stats["steps"] else f"{self._lost_rollouts} rollouts in a row lost every episode to env errors")
-        raise TrainingError(f"{what}{example}{where}. The env is broken: fix it and rerun")
-
+    # collect_rollouts = collect + assign_credit: milegpo.algos.iteration.RolloutMixin
     def log_row_pending(self) -> None:
         """Values were recorded outside an iteration (the evaluation before training): write them as
         their own log row before the next rollout records anything."""
         self._dump_pending = True
-
-    def _record_episode(self, buffer: TextRolloutBuffer, env_index: int) -> None:
-        traj = buffer.trajectories[env_index]
-        assert self.ep_info_buffer is not None and self.ep_success_buffer is not None
-        self.ep_info_buffer.append({"r": traj.outcome, "l": len(traj.steps), "t": time.time() - self.start_time / 1e9})
-        self.ep_success_buffer.append(float(traj.won))
-        self._episode_num += 1
 
     def dump_logs(self, iteration: int = 0) -> None:
         """Record the rollout values; the dump itself happens at the end of ``train()``

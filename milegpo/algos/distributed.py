@@ -164,7 +164,7 @@ def merge_step_batches(batches: Sequence[StepBatch], groups_per_rank: int) -> St
     return StepBatch.concat(batches, task_offsets=[r * groups_per_rank for r in range(len(batches))])
 
 
-def global_credit(method: str, config: Any, batch: StepBatch, credit: Any, groups_per_rank: int,
+def global_credit(method: str, config: Any, batch: StepBatch | None, credit: Any, groups_per_rank: int,
                   world: World) -> tuple[StepBatch | None, Any]:
     """The batch and credit result to log: this rollout's own, or, with several ranks, on rank 0
     those of every rank's groups together (the diagnostics one process would log; credit is per

@@ -1,0 +1,100 @@
+"""The checks of a run's config that need the env registry, the model files or torch.
+
+:func:`check_setup` runs them before a run folder is made, so a bad config leaves nothing
+behind; each failure is one ``ValueError`` (or ``UnknownEnvError``) saying what to change.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from milegpo.envs import UnknownEnvError, make_env
+from milegpo.run.config import TrainConfig
+
+
+def check_setup(config: TrainConfig) -> None:
+    """Checks that need the env registry, the model files and torch; ``ValueError`` with what to do.
+
+    Run before a run folder is made, so a bad config leaves nothing behind.
+    """
+    _check_env(config)
+    from milegpo.policies.model import check_torchvision
+
+    check_torchvision()
+    _check_model(config.policy.model)
+    _check_device(config.run.device)
+    if config.policy.sampler.backend == "vllm":
+        from milegpo.policies.vllm_sampler import import_vllm
+
+        try:
+            import_vllm()
+        except ImportError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _check_env(config: TrainConfig) -> None:
+    """Make the env once per split it will be made with (unknown id, bad kwargs, no splits)."""
+    for split in dict.fromkeys([config.env.train_split, *config.eval.splits]):
+        kwargs = config.env.kwargs_for(split)
+        try:
+            env = make_env(config.env.id, **kwargs)
+        except UnknownEnvError:
+            raise
+        except ImportError as exc:
+            raise ValueError(f"{config.env.id} needs a package that is not installed: {exc}") from None
+        except (TypeError, ValueError, FileNotFoundError, KeyError) as exc:
+            if split is not None and "split" in str(exc):
+                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}). If it has no task splits, set "
+                                 "env.train_split=null eval.splits=[]") from None
+            raise ValueError(f"cannot make {config.env.id} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
+                             "Check env.kwargs (the env's constructor arguments)") from None
+        try:
+            _check_first_state(env, config, split)
+        finally:
+            env.close()
+
+
+def _check_first_state(env: Any, config: TrainConfig, split: str | None) -> None:
+    """One reset of the env (task seed 0): it must start, and in choose mode list its commands."""
+    where = f"{config.env.id}" + (f" (split {split!r})" if split is not None else "")
+    try:
+        _, info = env.reset(seed=0)
+    except Exception as exc:
+        raise ValueError(f"{where} failed at its first reset: {type(exc).__name__}: {exc}") from None
+    if config.policy.mode == "choose" and not info.get("admissible_commands"):
+        raise ValueError(f"{where} lists no admissible commands (info['admissible_commands'] is "
+                         f"{info.get('admissible_commands')!r}): mode 'choose' scores them; use policy.mode=generate "
+                         "for a free-text env")
+
+
+def _check_model(model: str | None) -> None:
+    """A model path must exist, a hub name must resolve (from the local cache when offline)."""
+    if model is None:
+        return
+    local = os.path.exists(os.path.expanduser(model))
+    if not local and (model.startswith((".", "/", "~")) or model.count("/") > 1 or os.sep + os.sep in model):
+        raise ValueError(f"model path {model!r} does not exist: give a folder with a transformers model "
+                         "(config.json, weights, tokenizer) or a hub name such as Qwen/Qwen2.5-1.5B-Instruct")
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(os.path.expanduser(model))
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = "the folder" if local else "the hub name (needs network or the local hub cache)"
+        raise ValueError(f"cannot load model {model!r}: {first_line}. Check {where}") from None
+
+
+def _check_device(device: str) -> None:
+    """An explicit CUDA device must exist (``auto`` picks CUDA when there is one, else the CPU)."""
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but this machine has no usable CUDA device "
+                         f"(torch {torch.__version__}): use run.device=cpu, or run.device=auto to take a GPU when there is one")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
