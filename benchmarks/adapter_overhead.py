@@ -138,7 +138,8 @@ def bench_textworld(n_episodes: int, rounds: int) -> dict:
     with tempfile.TemporaryDirectory() as directory:
         game = make_tw_game(Path(directory))
         adapter = make_env("milegpo/TextWorld-v0", game_files=[game], max_episode_steps=HORIZON)
-        request = textworld.EnvInfos(admissible_commands=True, facts=True, objective=True, score=True, won=True, lost=True)
+        request = textworld.EnvInfos(admissible_commands=True, facts=True, objective=True, score=True, won=True,
+                                     lost=True)
         raw = textworld.gym.make(textworld.gym.register_game(str(game), request, max_episode_steps=None))
 
         def raw_reset(_: int) -> list[str]:

@@ -78,7 +78,8 @@ def main() -> None:
             start = time.perf_counter()
             previous_epoch(buffer, np.random.default_rng(0))
             rows_out[-1]["previous_epoch_s"] = time.perf_counter() - start
-        before = f", previous get() {rows_out[-1]['previous_epoch_s']:.2f} s" if "previous_epoch_s" in rows_out[-1] else ""
+        last = rows_out[-1]
+        before = f", previous get() {last['previous_epoch_s']:.2f} s" if "previous_epoch_s" in last else ""
         print(f"{buffer.num_steps:6d} rows: {seconds * 1e3:8.1f} ms per epoch, {rows_out[-1]['us_per_row']:.2f} us/row"
               f"{before}", flush=True)
     steps = [r["rows"] for r in rows_out]

@@ -39,7 +39,8 @@ ties only) were measured with this script at commit 6488955; none was no worse t
 GraphGPO on every env and ahead somewhere, so they were dropped from the library.
 
     python benchmarks/credit_quality.py                      # all envs, seeds 0-4
-    python benchmarks/credit_quality.py --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4  # + HGPO, RLOO
+    # + HGPO, RLOO:
+    python benchmarks/credit_quality.py --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4
     python benchmarks/credit_quality.py --envs house --seeds 0
     python benchmarks/credit_quality.py --epsilon 0.5 \
         --out benchmarks/results/credit_quality_mixture_e50             # structured groups
@@ -57,10 +58,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 import ground_truth
 import learning_efficiency
+import numpy as np
+
 from milegpo.credit import StepBatch, build_task_graph, compute_credit
 from milegpo.credit.diagnostics import tied_pairs
 
@@ -196,7 +197,8 @@ def trap_credit(batch: StepBatch, advantages: np.ndarray, trap_steps: np.ndarray
     scale = advantages[scored].std() or 1.0
     diffs = []
     for i in np.flatnonzero(trap_steps & scored):
-        siblings = scored & ~trap_steps & (batch.task_ids == batch.task_ids[i]) & (batch.state_keys == batch.state_keys[i])
+        same_state = (batch.task_ids == batch.task_ids[i]) & (batch.state_keys == batch.state_keys[i])
+        siblings = scored & ~trap_steps & same_state
         if siblings.any():
             diffs.append((advantages[i] - advantages[siblings].mean()) / scale)
     return float(np.mean(diffs)) if diffs else float("nan")

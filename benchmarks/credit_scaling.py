@@ -33,8 +33,8 @@ import os
 import platform
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -61,7 +61,8 @@ def house_batch(tasks: int, group: int, horizon: int, distinct: bool, seed: int 
         if len(ids) == 0:
             break
         move = rng.choice(4, size=len(ids), p=[0.45, 0.2, 0.1, 0.25])
-        new_room = np.where(move == 0, np.minimum(room[ids] + 1, ROOMS), np.where(move == 1, np.maximum(room[ids] - 1, 0),
+        new_room = np.where(move == 0, np.minimum(room[ids] + 1, ROOMS), np.where(move == 1, np.maximum(room[ids] - 1,
+                                                                                                        0),
                                                                                   room[ids]))
         new_key = key[ids] | ((move == 2) & (room[ids] == 4))
         now_won = (new_room == ROOMS) & new_key
@@ -173,16 +174,16 @@ def main() -> None:
             repeats = args.repeats if batch.num_steps < 200_000 else max(1, args.repeats // 2)
             entry: dict[str, object] = {"kind": kind, "tasks": tasks, "group": group, "horizon": horizon,
                                         "steps": batch.num_steps, "methods": {}}
-            build = timed(lambda: build_task_graph(batch), repeats)
+            build = timed(lambda b=batch: build_task_graph(b), repeats)
             graph = build_task_graph(batch)
             entry.update(nodes=graph.num_nodes, edges=graph.num_edges, graph_build_s=build[0])
             for method in CREDIT_METHODS:
-                wall, cpu = timed(lambda m=method: compute_credit(m, batch), repeats)
+                wall, cpu = timed(lambda m=method, b=batch: compute_credit(m, b), repeats)
                 entry["methods"][method] = {  # type: ignore[index]
                     "wall_s": wall, "cpu_s": cpu, "us_per_step": 1e6 * wall / batch.num_steps,
-                    "peak_mb": peak_mb(lambda m=method: compute_credit(m, batch))}
+                    "peak_mb": peak_mb(lambda m=method, b=batch: compute_credit(m, b))}
             if reference is not None and kind == "house" and batch.num_steps <= 300_000:
-                wall, cpu = timed(lambda: reference(batch), max(1, repeats // 2))
+                wall, cpu = timed(lambda b=batch: reference(b), max(1, repeats // 2))
                 ours = entry["methods"]["gigpo"]["wall_s"]  # type: ignore[index]
                 entry["verl_agent_gigpo"] = {"wall_s": wall, "cpu_s": cpu, "ratio_to_ours": wall / ours}
             runs.append(entry)
@@ -198,7 +199,8 @@ def main() -> None:
             steps = [int(r["steps"]) for r in rows]  # type: ignore[call-overload]
             slopes[kind] = {m: slope(steps, [r["methods"][m]["wall_s"] for r in rows])  # type: ignore[index]
                             for m in CREDIT_METHODS}
-            slopes[kind]["graph_build"] = slope(steps, [float(r["graph_build_s"]) for r in rows])  # type: ignore[arg-type]
+            slopes[kind]["graph_build"] = slope(steps,
+                                                [float(r["graph_build_s"]) for r in rows])  # type: ignore[arg-type]
     result["loglog_slope"] = slopes
     depth: dict[str, object] = {}
     batches = {horizon: house_batch(16, 8, horizon, distinct=True, seed=1) for horizon in (50, 200)}
@@ -215,7 +217,8 @@ def main() -> None:
     result["machine"]["load_1min_at_end"] = os.getloadavg()[0]  # type: ignore[index]
     save()
     print("log-log slope of time vs steps:", json.dumps(slopes, indent=1))
-    print(f"distinct states, graph build T=50 -> T=200: {depth['growth']:.2f}x for {depth['steps_ratio']:.2f}x the steps")
+    print(f"distinct states, graph build T=50 -> T=200: {depth['growth']:.2f}x for {depth['steps_ratio']:.2f}x the "
+          f"steps")
 
 
 def rank_gather_cost(repeats: int) -> dict[str, float]:
@@ -236,7 +239,8 @@ def rank_gather_cost(repeats: int) -> dict[str, float]:
 def markdown(result: dict[str, object]) -> str:
     lines = ["### Credit assignment: time per step from ~1k to ~1M steps", "",
              f"Median of {result['repeats']} calls (fewer above 200k steps) on {result['machine']['cpus']} cores "  # type: ignore[index]
-             f"(1-min load at start {result['machine']['load_1min_at_start']:.2f}). µs per step, and peak MB allocated.",  # type: ignore[index]
+             f"(1-min load at start {result['machine']['load_1min_at_start']:.2f}). "  # type: ignore[index]
+             "µs per step, and peak MB allocated.",
              "", "| batch | steps | nodes | " + " | ".join(CREDIT_METHODS) + " | peak MB (milegpo) |",
              "|---|---:|---:|" + "---:|" * len(CREDIT_METHODS) + "---:|"]
     for r in result["runs"]:  # type: ignore[attr-defined]

@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 
 
-def build_model(folder: Path, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, device: str) -> int:
+def build_model(folder: Path, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
+                device: str) -> int:
     """A random-weight Qwen2 model with the House word-level tokenizer, saved in bf16."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         model = MileGPO(
             "LLMPolicy", env, learning_rate=1e-6, kl_coef=args.kl_coef, micro_batch_tokens=args.micro_batch_tokens,
             policy_kwargs={"model": tmp, "mode": "generate",
-                           "dtype": "bfloat16" if args.device != "cpu" else "float32", "max_new_tokens": args.max_new_tokens,
+                           "dtype": "bfloat16" if args.device != "cpu" else "float32",
+                           "max_new_tokens": args.max_new_tokens,
                            "history_length": 2, "gradient_checkpointing": args.gradient_checkpointing,
                            "think": False, "sampler": {"backend": args.rollout_backend}},
             seed=0, device=args.device,
@@ -155,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 "rollout_tokens_per_s": log["time/rollout_tokens_per_s"],
                 "update_tokens_per_s": model.last_update_stats["update_tokens_per_s"],
                 "env_steps_per_s": log["time/env_steps_per_s"],
-                "rollout_mfu": 2 * n_params * rollout_tokens / max(log["time/rollout_s"], 1e-9) / (args.peak_tflops * 1e12),
+                "rollout_mfu": 2 * n_params * rollout_tokens / max(log["time/rollout_s"],
+                                                                   1e-9) / (args.peak_tflops * 1e12),
                 "update_mfu": update_flops_per_token * n_params * rollout_tokens
                 / max(model.last_update_stats["update_s"], 1e-9) / (args.peak_tflops * 1e12),
                 "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,

@@ -59,7 +59,8 @@ def run(model: str, cached: bool, seed: int) -> dict[str, float]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    model = tiny_model(HouseEnv.vocabulary(), Path(tempfile.mkdtemp()) / "tiny", hidden_size=32, num_layers=1, num_heads=2)
+    model = tiny_model(HouseEnv.vocabulary(), Path(tempfile.mkdtemp()) / "tiny", hidden_size=32, num_layers=1,
+                       num_heads=2)
     runs = [{"cached": cached, **run(model, cached, seed)} for seed in range(2) for cached in (False, True)]
     for row in runs:
         print(row)

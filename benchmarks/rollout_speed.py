@@ -60,8 +60,8 @@ def policy_kwargs(args: argparse.Namespace, model: str) -> dict:
 
 
 def measure_act(args: argparse.Namespace, model: str) -> dict[str, float]:
-    from milegpo.policies import LLMPolicy
     from milegpo.envs.core import TextSpace
+    from milegpo.policies import LLMPolicy
 
     policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, device="cpu", **policy_kwargs(args, model))
     observations, infos, histories = house_prompts(args.envs)
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> dict:
     report["rows"] = [r for r in report["rows"] if (r["label"], r["envs"], r["new_tokens"]) !=
                       (row["label"], row["envs"], row["new_tokens"])] + [row]
     out.write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| setting | envs x new tokens | generated tok/s | s per act call | mean reply tokens | rollout s (House, horizon 2) |",
+    lines = ["| setting | envs x new tokens | generated tok/s | s per act call | mean reply tokens | rollout s (House, "
+             "horizon 2) |",
              "|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(f"| {r['label']} | {r['envs']} x {r['new_tokens']} | {r['generated_tokens_per_s']:.0f} | "

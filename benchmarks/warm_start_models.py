@@ -32,9 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import learning_efficiency
 import torch
 
-import learning_efficiency
 from milegpo import TrainConfig
 from milegpo.algos.warm_start import behaviour_clone, collect_demonstrations, nll_backward
 from milegpo.config import WarmStartConfig

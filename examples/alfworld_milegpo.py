@@ -38,10 +38,12 @@ EVAL_SPLITS = ("eval_id", "eval_ood")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1_200, help="env-step budget of training")
-    parser.add_argument("--model", default=None, help="hub name or local path of a causal LM (default: a tiny offline LM)")
+    parser.add_argument("--model", default=None,
+                        help="hub name or local path of a causal LM (default: a tiny offline LM)")
     parser.add_argument("--mode", choices=("choose", "generate"), default="choose",
                         help="choose: score the admissible commands; generate: write <action>...</action>")
-    parser.add_argument("--think", action="store_true", help="generate mode: reason in <think>...</think> first (paper)")
+    parser.add_argument("--think", action="store_true",
+                        help="generate mode: reason in <think>...</think> first (paper)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--n-tasks", type=int, default=2, help="games per iteration")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per game (K)")
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     results = {}
     for split in EVAL_SPLITS:
-        eval_env = make_vec_env(ENV_ID, n_tasks=args.n_eval_tasks, group_size=1, env_kwargs={**env_kwargs, "split": split})
+        eval_env = make_vec_env(ENV_ID, n_tasks=args.n_eval_tasks, group_size=1, env_kwargs={**env_kwargs,
+                                                                                             "split": split})
         sampling = {"deterministic": False, "temperature": args.eval_temperature} if args.eval_temperature > 0 else {}
         result = model.evaluate(eval_env, n_episodes=args.n_eval_tasks, **sampling)  # games 0..n-1 of the split
         eval_env.close()

@@ -46,7 +46,8 @@ class SafeEnv(TextEnv):
         right = int(action.split()[-1]) == self.code[self.progress]
         self.progress = self.progress + 1 if right else 0
         won = self.progress == len(self.code)
-        text = "the safe opens!" if won else f"{'click' if right else 'the dial spins back'}. {self.progress} of 3 digits set."
+        sound = "click" if right else "the dial spins back"
+        text = "the safe opens!" if won else f"{sound}. {self.progress} of 3 digits set."
         return text, 10.0 if won else 0.0, won, {"won": won}
 
     def admissible_commands(self):

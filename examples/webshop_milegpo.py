@@ -56,9 +56,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train MileGPO on WebShop; return the held-out results (``eval_final.json``)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3_000, help="env-step budget of training")
-    parser.add_argument("--model", default=None, help="hub name or local path of a causal LM (default: a tiny offline LM)")
+    parser.add_argument("--model", default=None,
+                        help="hub name or local path of a causal LM (default: a tiny offline LM)")
     parser.add_argument("--mode", choices=("choose", "generate"), default="choose")
-    parser.add_argument("--think", action="store_true", help="generate mode: reason in <think>...</think> first (paper)")
+    parser.add_argument("--think", action="store_true",
+                        help="generate mode: reason in <think>...</think> first (paper)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--n-tasks", type=int, default=4, help="goals per iteration")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per goal (K)")

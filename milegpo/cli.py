@@ -22,7 +22,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-
 #: Functions adding one subcommand each to the ``milegpo`` parser, in help order.
 SUBCOMMANDS: list[Callable[[Any], None]] = []
 
@@ -56,7 +55,8 @@ def _play_parser(subparsers: Any) -> None:
     parser.add_argument("env_id", help="a registered env id, e.g. milegpo/House-v0")
     parser.add_argument("--seed", type=int, default=0, help="task seed (seed s is task s %% num_tasks)")
     parser.add_argument("--split", default=None, help="task split, e.g. train, eval_id, eval_ood")
-    parser.add_argument("--env-kwargs", type=env_kwargs_type, default={}, help="JSON object of env constructor arguments")
+    parser.add_argument("--env-kwargs", type=env_kwargs_type, default={},
+                        help="JSON object of env constructor arguments")
     parser.add_argument("--episodes", type=int, default=1, help="episodes to play (seeds seed, seed+1, ...)")
     parser.set_defaults(func=play)
 
@@ -116,7 +116,8 @@ def _play_episode(env: Any, env_id: str, seed: int, stdin: TextIO, stdout: TextI
         print(f"[{action}] reward {reward:+g}, step {info['elapsed_steps']}{note}", file=stdout)
         if terminated or truncated:
             outcome = "won" if info["won"] else ("out of steps" if truncated else "episode over")
-            print(f"\n{observation}\n=== {outcome}: total reward {total:g} in {info['elapsed_steps']} steps ===", file=stdout)
+            print(f"\n{observation}\n=== {outcome}: total reward {total:g} in {info['elapsed_steps']} steps ===",
+                  file=stdout)
             return True
 
 
@@ -167,13 +168,15 @@ def _train_parser(subparsers: Any) -> None:
     )
     parser.add_argument("overrides", nargs="*", metavar="section.field=VALUE", help="settings to change")
     parser.add_argument("--preset", choices=PRESETS, default=None,
-                        help=f"a named set of settings over the defaults (default: {DEMO_PRESET} when no --config is given)")
+                        help=f"a named set of settings over the defaults (default: {DEMO_PRESET} when no --config is "
+                             f"given)")
     parser.add_argument("--config", action="append", default=[], metavar="FILE",
                         help="YAML or JSON file of settings (nested as in --print-config); repeatable, later wins")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<algo>-<env>-<time>)")
     parser.add_argument("--resume", metavar="RUN_DIR", default=None,
-                        help="continue a run from its newest intact checkpoint (its logs are cut back to it); its saved "
+                        help="continue a run from its newest intact checkpoint (its logs are cut back to it); its "
+                             "saved "
                              "config is the base, overrides apply on top (e.g. run.total_timesteps=N to train further)")
     parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,

@@ -28,7 +28,8 @@ def check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
 def check_backend_for_mode(rollout_backend: str, mode: str) -> None:
     """vLLM samples generate-mode replies only: choose mode scores candidates with the trainer's model."""
     if rollout_backend != "hf" and mode != "generate":
-        raise ValueError(f"policy.sampler.backend {rollout_backend!r} samples generate-mode replies; choose mode scores the "
+        raise ValueError(f"policy.sampler.backend {rollout_backend!r} samples generate-mode replies; choose mode "
+                         f"scores the "
                          "candidates with the trainer's model: use policy.mode=generate or "
                          "policy.sampler.backend=hf")
 

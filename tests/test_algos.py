@@ -182,7 +182,8 @@ def test_save_load_gives_identical_logprobs_and_resumes_counters(model_path: str
     steps = model.num_timesteps
     model.learn(total_timesteps=1, reset_num_timesteps=False)
     loaded.learn(total_timesteps=1, reset_num_timesteps=False)
-    assert [t.task_seed for t in model.rollout_buffer.trajectories] == [t.task_seed for t in loaded.rollout_buffer.trajectories]
+    seeds = [[t.task_seed for t in m.rollout_buffer.trajectories] for m in (model, loaded)]
+    assert seeds[0] == seeds[1]
     assert loaded.num_timesteps > steps and loaded._iterations == 3
 
 

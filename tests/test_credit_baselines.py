@@ -13,8 +13,17 @@ import math
 import numpy as np
 import pytest
 
-from milegpo.credit import (CREDIT_METHODS, GiGPOConfig, GRPOConfig, MileGPOConfig, StepBatch,
-                                  build_task_graph, compute_credit, credit_of_trajectory, make_credit_config)
+from milegpo.credit import (
+    CREDIT_METHODS,
+    GiGPOConfig,
+    GRPOConfig,
+    MileGPOConfig,
+    StepBatch,
+    build_task_graph,
+    compute_credit,
+    credit_of_trajectory,
+    make_credit_config,
+)
 
 R2 = 1 / math.sqrt(2)  # 0.70711
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from milegpo.credit import HGPOConfig, RLOOConfig, StepBatch, compute_credit
-from milegpo.credit.hgpo import history_groups
 from milegpo.credit.graph import build_task_graph
+from milegpo.credit.hgpo import history_groups
 
 
 def approx(values, rel=1e-5, abs=1e-6):
@@ -60,7 +60,8 @@ def test_hgpo_hand_example_length_weighted_levels():
 
 def test_hgpo_alpha_zero_weighs_levels_alike_and_base_group_adds_the_episode():
     adv = hgpo(three_histories(), length_weight_alpha=0.0)
-    assert adv[1] == pytest.approx((10 / 3 + 2.5) / 2, rel=1e-5) and adv[4] == pytest.approx((-5 / 3 - 2.5) / 2, rel=1e-5)
+    assert adv[1] == pytest.approx((10 / 3 + 2.5) / 2, rel=1e-5) and adv[4] == pytest.approx((-5 / 3 - 2.5) / 2,
+                                                                                             rel=1e-5)
     # base group: Norm_q(Z) = [6.6667, -3.3333, -3.3333] as level k = 0, weight 1
     adv = hgpo(three_histories(), base_group=True)
     assert adv[0] == pytest.approx((20 / 3 + 2 * 5 / 3) / 3, rel=1e-5)

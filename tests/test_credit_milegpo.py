@@ -41,7 +41,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from milegpo.credit import (MileGPOConfig, StepBatch, build_task_graph, compute_credit, milestone_evidence)
+from milegpo.credit import MileGPOConfig, StepBatch, build_task_graph, compute_credit, milestone_evidence
 
 TRAJ = [["s0", "h", "m", "G1"], ["s0", "a", "m", "G2"], ["s0", "b", "b", "b"], ["s0", "h", "b", "c"]]
 SUCCESS = [True, True, False, False]

@@ -39,7 +39,8 @@ def per_trajectory(batch: StepBatch, adv: np.ndarray) -> list[np.ndarray]:
     return [adv[batch.traj_ids == i] for i in range(batch.num_trajectories)]
 
 
-METHOD_CONFIGS = [(m, None) for m in CREDIT_METHODS] + [("milegpo", MileGPOConfig.preset("webshop")), ("hgpo", {"base_group": True}),
+METHOD_CONFIGS = [(m, None) for m in CREDIT_METHODS] + [("milegpo", MileGPOConfig.preset("webshop")),
+                                                       ("hgpo", {"base_group": True}),
                                                          ("milegpo", {"norm": "mean_norm", "rcs": False})]
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch as th
 
-
 WORKER = str(Path(__file__).with_name("distributed_worker.py"))
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

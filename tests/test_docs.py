@@ -39,7 +39,8 @@ def test_every_public_symbol_is_documented(module_name: str) -> None:
                 missing.append(name)
             if inspect.isclass(value):
                 missing += [f"{name}.{m}" for m, member in vars(value).items()
-                            if not m.startswith("_") and inspect.isfunction(member) and not (member.__doc__ or "").strip()
+                            if not m.startswith("_") and inspect.isfunction(member)
+                            and not (member.__doc__ or "").strip()
                             and not any(getattr(base, m, None) is not None and getattr(base, m).__doc__
                                         for base in value.__mro__[1:])]
     assert not missing, f"{module_name}: no docstring for {missing}"

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from gymnasium.envs.registration import load_env_creator
 
-from milegpo.run import plots
 from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory
 from milegpo.credit.batch import load_step_batch, save_step_batch
+from milegpo.run import plots
 from milegpo.run.config import PRESETS, TrainConfig, resolve_config
 from milegpo.run_folder import LAST_BATCH_FILE
 
@@ -111,7 +111,8 @@ def test_preset_loads_and_its_env_kwargs_exist(name):
 def test_paper_presets_hold_the_papers_setting(name, env, horizon, prompt_tokens, preset):
     config = resolve_config(name)
     policy, algo = config.policy, config.algo
-    assert (config.env.id, config.env.kwargs["max_episode_steps"], policy.max_prompt_tokens) == (env, horizon, prompt_tokens)
+    assert (config.env.id, config.env.kwargs["max_episode_steps"], policy.max_prompt_tokens) == (env, horizon,
+                                                                                                 prompt_tokens)
     assert algo.credit_preset == preset and config.env.kwargs["success_reward"] == 10.0
     assert (policy.model, policy.mode, config.env.n_tasks, config.env.group_size) == (
         "Qwen/Qwen2.5-1.5B-Instruct", "generate", 16, 8)

@@ -25,7 +25,8 @@ NEW_TOKENS = 8
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("export")
     (folder / "config.json").write_text(json.dumps(CONFIG))
-    subprocess.run([sys.executable, "-m", "milegpo", "train", "--preset", "cpu-demo", "--config", str(folder / "config.json"),
+    subprocess.run([sys.executable, "-m", "milegpo", "train", "--preset", "cpu-demo", "--config",
+                    str(folder / "config.json"),
                     "--run-dir", str(folder / "run"), "--no-progress-bar"], check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     return folder / "run"

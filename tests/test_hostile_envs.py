@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import cloudpickle
+import hostile_envs
 import pytest
 
-import hostile_envs
 from milegpo import MileGPO
 from milegpo.algos.errors import TrainingError
 from milegpo.cli import main
@@ -298,7 +298,8 @@ def test_a_run_that_fills_its_disk_ends_in_one_line_and_resumes(model_path: str,
 
 
 def test_a_worker_that_cannot_be_restarted_ends_the_run_in_one_line(model_path: str, tmp_path: Path) -> None:
-    config = {"env": {"id": "hostile_envs:hostile/CrashThenUnbuildable-v0", "kwargs": {"marker": str(tmp_path / "gone")},
+    config = {"env": {"id": "hostile_envs:hostile/CrashThenUnbuildable-v0",
+                      "kwargs": {"marker": str(tmp_path / "gone")},
                       "subprocess": True, "train_split": None, "n_tasks": 1, "group_size": 2},
               "policy": {"model": model_path}, "eval": {"splits": []},
               "run": {"total_timesteps": 100, "report_to": []}}

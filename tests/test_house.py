@@ -61,7 +61,8 @@ def test_reset_is_deterministic_by_seed():
 
 
 def test_splits_are_disjoint_and_ood_is_out_of_distribution():
-    signatures = {split: {generate_layout(split, i).signature() for i in range(SPLITS[split].num_tasks)} for split in SPLITS}
+    signatures = {split: {generate_layout(split,
+                                          i).signature() for i in range(SPLITS[split].num_tasks)} for split in SPLITS}
     assert len(signatures["train"]) == 1000  # all train tasks are distinct
     assert not signatures["train"] & signatures["eval_id"]
     assert not (signatures["train"] | signatures["eval_id"]) & signatures["eval_ood"]

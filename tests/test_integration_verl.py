@@ -17,7 +17,9 @@ from milegpo.integrations import verl as milegpo_verl
 if os.environ.get("MILEGPO_CI"):
     import verl  # noqa: F401  CI installs verl: a missing package is a failure there
 else:
-    pytest.importorskip("verl", reason="pip install --no-deps verl==0.9.1 torchdata==0.11.0 && pip install -e '.[verl]'")
+    pytest.importorskip("verl",
+                        reason="pip install --no-deps verl==0.9.1 torchdata==0.11.0 && pip install -e '.[verl]'")
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 # Two tasks; trajectories of different lengths, an invalid action (state unchanged), a revisit.
@@ -138,10 +140,8 @@ def test_missing_columns_say_what_is_needed() -> None:
         milegpo_verl.compute_step_advantage(data, "gigpo")
 
 
-def trainer_config(estimator: str = "milegpo", milegpo: dict | None = None, **algorithm) -> "OmegaConf":
+def trainer_config(estimator: str = "milegpo", milegpo: dict | None = None, **algorithm) -> DictConfig:
     """The parts of verl-agent's ppo_trainer.yaml the estimator reads, at verl-agent's defaults."""
-    from omegaconf import OmegaConf
-
     algo = {"adv_estimator": estimator, "gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True,
             "use_kl_in_reward": False,
             "gigpo": {"step_advantage_w": 1.0, "mode": "mean_norm", "enable_similarity": False,
@@ -327,9 +327,9 @@ def test_the_trainer_constructor_reads_the_settings_and_passes_the_estimator_che
                 raise NotImplementedError
 
     milegpo_verl.install(ray_trainer, collector=None)
-    from milegpo.integrations.verl.install import _patch_trainer_init
+    from milegpo.integrations.verl.install import _patched_trainer_init, _swap
 
-    _patch_trainer_init(Checked)
+    _swap(Checked, "__init__", _patched_trainer_init)
     config = trainer_config("milegpo", {"eta": 0.7})
     Checked(config)
     assert seen == ["grpo"] and config.algorithm.adv_estimator == "milegpo"
@@ -371,7 +371,8 @@ def test_the_estimator_is_installed_inside_ray_workers() -> None:
 def test_the_integration_imports_no_trainer_stack() -> None:
     # a verl-agent environment has its own torch/transformers: importing the adapter pulls in neither
     code = ("import sys, milegpo.integrations.verl; "
-            "print(sorted(m for m in ('torch', 'transformers', 'peft', 'stable_baselines3', 'verl') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'transformers', 'peft', 'stable_baselines3', 'verl') if m in "
+            "sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -38,7 +38,8 @@ def test_old_logprobs_match_recomputation(tiny_dir, temperature):
 
 
 def test_sampling_is_seeded_and_greedy_is_deterministic(tiny_dir):
-    runs = [[s.action_ids for s in make_policy(tiny_dir, seed=9).act(["x"] * 3, [INFO] * 3, [[]] * 3)] for _ in range(2)]
+    runs = [[s.action_ids for s in make_policy(tiny_dir, seed=9).act(["x"] * 3, [INFO] * 3,
+                                                                     [[]] * 3)] for _ in range(2)]
     assert runs[0] == runs[1]
     greedy = make_policy(tiny_dir).act(["x"] * 3, [INFO] * 3, [[]] * 3, deterministic=True)
     assert greedy[0].action_ids == greedy[1].action_ids == greedy[2].action_ids
@@ -49,7 +50,8 @@ def test_learns_tagged_answer_and_stops_at_close_tag(tiny_dir):
     torch.manual_seed(0)
     policy = make_policy(tiny_dir, max_new_tokens=12)
     prompt = policy.build_prompt("you are in the hall .", INFO, [])
-    reply = policy.tokenizer("<think>open red box</think><action>open red box</action>", add_special_tokens=False)["input_ids"]
+    reply = policy.tokenizer("<think>open red box</think><action>open red box</action>",
+                             add_special_tokens=False)["input_ids"]
     target = ActionSample("open red box", prompt, reply, None, None, np.zeros(len(reply), np.float32), True)
     policy.set_training_mode(True)
     for _ in range(30):

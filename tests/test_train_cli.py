@@ -154,7 +154,8 @@ def test_print_config_layers_preset_file_and_overrides(tmp_path: Path, capsys: p
     assert config["policy"]["lora"] == {"r": 16, "alpha": 32, "dropout": 0.1, "target_modules": ["q_proj"]}
     assert config["policy"]["mode"] == "choose"  # the preset under the file
     assert main(["train", "--config", str(file), "--print-config"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["policy"]["mode"] == "generate"  # a file alone: the defaults under it
+    # a file alone: the defaults under it
+    assert yaml.safe_load(capsys.readouterr().out)["policy"]["mode"] == "generate"
 
 
 @pytest.mark.parametrize("old, new", [("--lr", "--algo.learning_rate"), ("--steps", "--run.total_timesteps"),

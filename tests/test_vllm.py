@@ -31,7 +31,8 @@ else:
     pytest.importorskip("vllm")
 
 FP32_TOLERANCE = 2e-4
-SHOTS = "Room A. <action>go north</action>\nRoom B. <action>go south</action>\nRoom C. <action>take key</action>\nRoom D. <action>"
+SHOTS = ("Room A. <action>go north</action>\nRoom B. <action>go south</action>\nRoom C. <action>take key</action>\n"
+         "Room D. <action>")
 
 
 def make_policy(model: str, backend: str = "vllm", **kwargs) -> LLMPolicy:

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from milegpo.config import WarmStartConfig
 from milegpo.algos.warm_start import (
     behaviour_clone,
     collect_demonstrations,
 )
 from milegpo.cli import main
+from milegpo.config import WarmStartConfig
 from milegpo.envs import make_env
 from milegpo.envs.core import TextEnv, TextSpace
 from milegpo.policies import LLMPolicy
@@ -41,7 +41,8 @@ def play_expert(env: TextEnv, seed: int) -> bool:
 @pytest.mark.parametrize("env_id, kwargs", [
     ("milegpo/House-v0", {}),
     ("milegpo/WebShop-v0", {"max_episode_steps": 15}),
-    ("milegpo/ALFWorld-v0", {"size": "small", "task_types": [1, 2], "max_episode_steps": 30, "expert_type": "handcoded"}),
+    ("milegpo/ALFWorld-v0", {"size": "small", "task_types": [1, 2], "max_episode_steps": 30,
+                             "expert_type": "handcoded"}),
 ])
 def test_every_built_in_expert_wins_its_training_tasks(env_id: str, kwargs: dict) -> None:
     env = make_env(env_id, split="train", **kwargs)

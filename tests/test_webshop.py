@@ -11,8 +11,11 @@ pytest.importorskip("thefuzz")
 pytest.importorskip("Stemmer")
 
 from milegpo.envs import make_env  # noqa: E402
-from milegpo.envs.webshop import WebShopEnv, load_catalog  # noqa: E402
-from milegpo.envs.webshop import generate_data  # noqa: E402
+from milegpo.envs.webshop import (  # noqa: E402
+    WebShopEnv,
+    generate_data,  # noqa: E402
+    load_catalog,
+)
 from milegpo.envs.webshop.env import BUNDLED_DATA  # noqa: E402
 
 SHIRT, COFFEE = "B000000001", "B000000002"
@@ -70,7 +73,8 @@ def test_loads_upstream_layout(tiny_dir):
     catalog = load_catalog(tiny_dir)
     assert [p.asin for p in catalog.products] == [SHIRT, COFFEE]
     shirt, coffee = catalog.by_asin[SHIRT], catalog.by_asin[COFFEE]
-    assert shirt.query == "men's t-shirts" and shirt.options == {"color": ["black", "white"], "size": ["small", "large"]}
+    assert shirt.query == "men's t-shirts" and shirt.options == {"color": ["black", "white"], "size": ["small",
+                                                                                                       "large"]}
     assert shirt.price_tag == "$15.0" and catalog.prices[SHIRT] == 15.0
     assert coffee.options == {"style": ["dark | roast"]} and coffee.bullet_points == ["Fresh"]
     assert coffee.price_tag == "$8.0 to $12.0" and 8.0 <= catalog.prices[COFFEE] <= 12.0
@@ -284,10 +288,11 @@ def test_title_score_divides_by_the_goal_nouns_with_repeats():
 
 
 def test_search_keeps_single_character_tokens_and_uses_anserini_bm25():
-    from milegpo.envs.webshop.search import BM25_K1, BM25_B, ProductSearch
+    from milegpo.envs.webshop.search import BM25_B, BM25_K1, ProductSearch
 
     assert (BM25_K1, BM25_B) == (0.9, 0.4)
-    search = ProductSearch(["size8", "size9", "shirt"], ["running shoe size 8", "running shoe size 9", "cotton t-shirt"])
+    search = ProductSearch(["size8", "size9", "shirt"], ["running shoe size 8", "running shoe size 9",
+                                                         "cotton t-shirt"])
     assert search.search("running shoe 8")[0] == "size8"  # "8" is a term, as in Lucene
     assert search.search("t")[:1] == ["shirt"]
     assert search.search("the of and") == []  # Lucene stop words only: nothing to match

@@ -12,7 +12,8 @@ logging are identical, so differences in results come from the credit alone::
     model.learn(total_timesteps=20_000, progress_bar=True)
 
 The keyword arguments are :class:`~milegpo.config.AlgoConfig` fields (or pass ``config=AlgoConfig(...)``);
-``policy_kwargs`` those of :class:`~milegpo.config.PolicyConfig`. ``credit_kwargs`` overrides single fields of the credit config (e.g.
+``policy_kwargs`` those of :class:`~milegpo.config.PolicyConfig`. ``credit_kwargs`` overrides single
+fields of the credit config (e.g.
 ``{"eta": 0.0}`` makes MileGPO equal GraphGPO; ``{"norm": "mean_norm"}``).
 """
 

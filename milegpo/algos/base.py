@@ -4,8 +4,8 @@
 ``learn`` loop, logger (stdout / csv / tensorboard), callbacks and progress bar, and
 overrides what text and groups need:
 
-* ``collect_rollouts`` (:class:`~milegpo.algos.iteration.RolloutMixin`: *collect*, then
-  *assign credit*): one *rollout* runs every group's episodes to the end (all
+* ``collect_rollouts`` (:mod:`milegpo.algos.iteration`: *collect*, then *assign credit*):
+  one *rollout* runs every group's episodes to the end (all
   ``group_size`` copies of each task, until done or the env's horizon), from a fresh
   group reset of the :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`;
 * the :class:`~milegpo.algos.buffer.TextRolloutBuffer` then turns the finished
@@ -41,10 +41,11 @@ Only rank 0 should be given a logger that writes.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 import torch as th
@@ -54,13 +55,11 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 
-from milegpo.algos import distributed
+from milegpo.algos import distributed, iteration, persistence
 from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
 from milegpo.algos.console import use_console_format
 from milegpo.algos.errors import TrainingError
-from milegpo.algos.iteration import RolloutMixin
-from milegpo.algos.persistence import CheckpointMixin
 from milegpo.algos.update import UpdateSettings, run_update
 from milegpo.config import AlgoConfig, PolicyConfig
 from milegpo.config.fields import from_dict, with_overrides
@@ -73,7 +72,7 @@ logger = logging.getLogger(__name__)
 
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
 
-class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
+class GroupRLAlgorithm(OnPolicyAlgorithm):
     """Critic-free group RL for text agents (the base of MileGPO, GraphGPO, GiGPO, GRPO).
 
     :param policy: ``"LLMPolicy"`` or a policy class with the LLMPolicy interface.
@@ -98,7 +97,7 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
     #: The credit method of :func:`milegpo.credit.compute_credit` (set by subclasses).
     credit_method: ClassVar[str] = ""
 
-    policy: LLMPolicy
+    policy: LLMPolicy  # type: ignore[assignment]  # SB3 declares an ActorCriticPolicy; ours is a BasePolicy
     rollout_buffer: TextRolloutBuffer  # type: ignore[assignment]
 
     def __init__(
@@ -119,7 +118,7 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         if not self.credit_method:
             raise TypeError(f"{type(self).__name__} has no credit_method: use MileGPO, GraphGPO, GiGPO or GRPO")
         if env is not None:
-            self._check_env(env)
+            self._checked_env(env)
         config = with_overrides(AlgoConfig, config if config is not None else {"method": self.credit_method},
                                 settings, "algo")
         if config.method != self.credit_method:
@@ -130,7 +129,7 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         self.policy_config = from_dict(PolicyConfig, policy_kwargs, "policy")
 
         super().__init__(
-            policy,
+            policy,  # type: ignore[arg-type]  # SB3 types its policy classes as ActorCriticPolicy
             env,  # type: ignore[arg-type]
             learning_rate=config.learning_rate,
             n_steps=0,  # a rollout runs every group's episodes to the end
@@ -198,7 +197,8 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         if self.env is None:  # loaded for prediction only
             self.observation_space, self.action_space = TextSpace(), TextSpace()
         else:
-            self.rollout_buffer = TextRolloutBuffer(self.env.num_envs, self.env.group_ids)
+            env = self._checked_env(self.env)
+            self.rollout_buffer = TextRolloutBuffer(env.num_envs, env.group_ids)
         self.set_random_seed(self.seed)
         self._rng = np.random.default_rng(np.random.SeedSequence([self.task_seed_base, 1]))
         self.credit_config = self.config.credit_config()
@@ -206,9 +206,10 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         # policy's optimizer_kwargs set their own
         policy_config = with_overrides(PolicyConfig, self.policy_config, {"optimizer_kwargs": with_default_weight_decay(
             self.policy_config.optimizer_class, self.policy_config.optimizer_kwargs, self.config.weight_decay)})
-        self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
-                                        config=policy_config, device=str(self.device),
-                                        seed=self.seed if self.seed is not None else 0)
+        # a policy class of LLMPolicy's interface (SB3 types policy_class as its own base class)
+        self.policy = cast(LLMPolicy, self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
+                                                        config=policy_config, device=str(self.device),
+                                                        seed=self.seed if self.seed is not None else 0))
         self.device = self.policy.device
         params = list(self.policy.trainable_parameters())
         if not params:
@@ -220,18 +221,21 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """Train on another GroupedTextVecEnv from now on (any number of tasks and group size)."""
-        self._check_env(env)
-        self.env, self.n_envs = env, env.num_envs
-        self.rollout_buffer = TextRolloutBuffer(env.num_envs, env.group_ids)
+        vec_env = self._checked_env(env)
+        self.env, self.n_envs = vec_env, vec_env.num_envs
+        self.rollout_buffer = TextRolloutBuffer(vec_env.num_envs, vec_env.group_ids)
         self._last_obs = None
 
-    def _check_env(self, env: Any) -> None:
+    @classmethod
+    def _checked_env(cls, env: object) -> GroupedTextVecEnv:
+        """``env`` when it is a GroupedTextVecEnv, else ``TypeError`` saying how to make one."""
         if not isinstance(env, GroupedTextVecEnv):
             raise TypeError(
-                f"{type(self).__name__} needs a GroupedTextVecEnv (G copies of each task), got {type(env).__name__}. "
+                f"{cls.__name__} needs a GroupedTextVecEnv (G copies of each task), got {type(env).__name__}. "
                 "Make one with milegpo.make_vec_env(env_id, n_tasks=16, group_size=8), e.g. "
                 "milegpo.make_vec_env('milegpo/House-v0', n_tasks=4, group_size=8)."
             )
+        return env
 
     def _setup_learn(
         self,
@@ -299,7 +303,30 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         return self
 
     # ---------------------------------------------------------- rollouts
-    # collect_rollouts = collect + assign_credit: milegpo.algos.iteration.RolloutMixin
+    def collect_rollouts(  # type: ignore[override]
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: TextRolloutBuffer,
+        n_rollout_steps: int,
+    ) -> bool:
+        """Run all groups' episodes to the end (*collect*), then compute the credit of every step
+        (*assign credit*); see :mod:`milegpo.algos.iteration`.
+
+        ``n_rollout_steps`` is unused: a rollout ends when every env of the vec env is done.
+        """
+        assert isinstance(env, GroupedTextVecEnv)
+        if self._dump_pending:  # the untrained policy's evaluation (iteration 0): its own row
+            self.logger.dump(step=self.num_timesteps)
+            self._dump_pending = False
+        collected = iteration.collect(self, env, callback, rollout_buffer)
+        if collected is None:  # a callback stopped training
+            return False
+        iteration.assign_credit(self, env, rollout_buffer, collected)
+        callback.update_locals({"rollout_buffer": rollout_buffer, "collected": collected})
+        callback.on_rollout_end()
+        return True
+
     def log_row_pending(self) -> None:
         """Values were recorded outside an iteration (the evaluation before training): write them as
         their own log row before the next rollout records anything."""
@@ -327,7 +354,8 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         has_rows = buffer.advantages is not None and len(buffer.advantages) > 0
         # minibatches of the global batch (every rank's rows; just this rollout's with one process)
         minibatches = (minibatch for _ in range(self.n_epochs if has_rows or self.world.distributed else 0)
-                       for minibatch in buffer.get(self._rng, self.config.batch_size, self.config.mini_batch_tokens, self.world))
+                       for minibatch in buffer.get(self._rng, self.config.batch_size, self.config.mini_batch_tokens,
+                                                   self.world))
         report = run_update(self.policy, self.optimizer, minibatches, self.update_settings, self.world,
                             where=f"update {self._n_updates} ({self._skipped_steps} skipped so far)")
         self.policy.after_update()  # the sampler (a vLLM engine) samples from the new weights from now on
@@ -343,7 +371,8 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         self.logger.record("train/skipped_steps", report.skipped)
         self.logger.record("train/skipped_steps_total", self._skipped_steps)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self._last_update_stats = {"update_s": report.seconds, "update_tokens_per_s": tokens / max(report.seconds, 1e-9),
+        self._last_update_stats = {"update_s": report.seconds, "update_tokens_per_s": tokens / max(report.seconds,
+                                                                                                   1e-9),
                                    "optimizer_steps": report.steps, "skipped_steps": report.skipped}
         self.logger.record("time/update_s", report.seconds)
         self.logger.record("time/update_tokens_per_s", self._last_update_stats["update_tokens_per_s"])
@@ -352,7 +381,8 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
     def _end_iteration(self) -> None:
         """After the update: callbacks that log (evaluation) add to this iteration's row, the row is
         dumped, then callbacks that save (checkpoints) run, so a checkpoint never precedes its row."""
-        callbacks = [cb for cb in flatten_callbacks(getattr(self, "_callback", None)) if isinstance(cb, IterationCallback)]
+        callbacks = [cb for cb in flatten_callbacks(getattr(self, "_callback", None)) if isinstance(cb,
+                                                                                                    IterationCallback)]
         for cb in callbacks:
             if cb.logs_to_row:
                 cb.on_iteration_end()
@@ -362,6 +392,37 @@ class GroupRLAlgorithm(CheckpointMixin, RolloutMixin, OnPolicyAlgorithm):
         for cb in callbacks:
             if not cb.logs_to_row:
                 cb.on_iteration_end()
+
+    # -------------------------------------------------------- checkpoints
+    def save(self, path: str | os.PathLike, exclude: Iterable[str] | None = None,  # type: ignore[override]
+             include: Iterable[str] | None = None) -> None:
+        """Save a checkpoint directory at ``path`` (LoRA adapter, optimizer state, JSON config and counters;
+        :mod:`milegpo.algos.persistence`), written atomically. ``exclude``/``include`` of SB3's signature
+        are not supported: the checkpoint content is fixed."""
+        if exclude is not None or include is not None:
+            raise ValueError("milegpo checkpoints have a fixed content: exclude/include are not supported")
+        persistence.save_checkpoint(self, path)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfGroupRL],
+        path: str | os.PathLike,
+        env: GymEnv | None = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfGroupRL:
+        """Load a checkpoint saved by :meth:`save`; training resumes from its counters.
+
+        :param env: the vec env to continue training on (None: prediction only).
+        :param kwargs: :class:`~milegpo.config.AlgoConfig` fields to change (e.g. ``learning_rate``).
+        Raises :class:`~milegpo.algos.checkpoint.CheckpointError` for a missing, corrupt or
+        mismatching checkpoint (other algorithm, other base model, adapter that does not fit).
+        """
+        return persistence.load_checkpoint(cls, path, None if env is None else cls._checked_env(env), device,
+                                           **kwargs)
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,

@@ -150,7 +150,7 @@ class TextRolloutBuffer:
     :param group_ids: (num_envs,) group (task) index of each env.
     """
 
-    def __init__(self, num_envs: int, group_ids: Sequence[int]):
+    def __init__(self, num_envs: int, group_ids: Sequence[int] | np.ndarray):
         self.num_envs = int(num_envs)
         self.group_ids = np.asarray(group_ids, dtype=np.int64)
         if len(self.group_ids) != self.num_envs:
@@ -158,13 +158,14 @@ class TextRolloutBuffer:
         self.reset()
 
     # ------------------------------------------------------------ filling
-    def reset(self, task_seeds: Sequence[int] | None = None) -> None:
+    def reset(self, task_seeds: Sequence[int] | np.ndarray | None = None) -> None:
         """Empty the buffer for a new rollout; ``task_seeds[g]`` is group ``g``'s task seed."""
         seeds = np.full(int(self.group_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
         if task_seeds is not None:
             seeds[: len(task_seeds)] = np.asarray(task_seeds, dtype=np.int64)[: len(seeds)]
         self.trajectories = [
-            Trajectory(env_index=i, group=int(g), task_seed=int(seeds[g]), steps=[]) for i, g in enumerate(self.group_ids)
+            Trajectory(env_index=i, group=int(g), task_seed=int(seeds[g]),
+                       steps=[]) for i, g in enumerate(self.group_ids)
         ]
         self.reset_errors = 0
         self._rows: list[StepRecord] | None = None
@@ -245,7 +246,8 @@ class TextRolloutBuffer:
         result = compute_credit(method, batch, config)
         advantages = np.asarray(result.advantages, dtype=np.float64)
         if advantages.shape != (batch.num_steps,):
-            raise ValueError(f"credit method {method!r} returned {advantages.shape} advantages for {batch.num_steps} steps")
+            raise ValueError(f"credit method {method!r} returned {advantages.shape} advantages for {batch.num_steps} "
+                             f"steps")
         self.credit, self.advantages = result, advantages
         return result
 
@@ -298,6 +300,7 @@ class TextRolloutBuffer:
 
     def _minibatch(self, samples: list[Any], rows: np.ndarray, tokens: np.ndarray, n_units: int,
                    n_seqs: int) -> RolloutMinibatch:
+        assert self.advantages is not None  # get() needs compute_credit first
         advantages = self.advantages[rows] if len(rows) else np.zeros(0)
         return RolloutMinibatch(rows=rows, samples=[samples[r] for r in rows], advantages=advantages,
                                 tokens=tokens[rows], n_units=n_units, n_seqs=n_seqs)

@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from stable_baselines3.common.callbacks import (
     BaseCallback,
@@ -37,6 +37,9 @@ from stable_baselines3.common.callbacks import (
 from milegpo.algos.checkpoint import to_builtin
 from milegpo.algos.evaluation import evaluate
 from milegpo.envs.vec_env import GroupedTextVecEnv
+
+if TYPE_CHECKING:
+    from milegpo.algos.base import GroupRLAlgorithm
 
 
 class IterationCallback(BaseCallback):
@@ -58,16 +61,21 @@ class IterationCallback(BaseCallback):
         self.freq = int(freq)
         self._last_done = -1
 
+    @property
+    def algorithm(self) -> GroupRLAlgorithm:
+        """The group-RL algorithm being trained (SB3's ``self.model``, typed)."""
+        return cast("GroupRLAlgorithm", self.model)
+
     def _on_step(self) -> bool:
         return True
 
     def _iterations(self) -> int:
-        return self.model.iterations
+        return self.algorithm.iterations
 
     def on_iteration_end(self) -> None:
         """Called by the trainer after each update."""
         done = self._iterations()
-        last = self.model.num_timesteps >= self.model.timestep_budget
+        last = self.algorithm.num_timesteps >= self.algorithm.timestep_budget
         if (done % self.freq == 0 or last) and done != self._last_done:
             self._last_done = done
             self._on_iteration()
@@ -154,7 +162,7 @@ class EvalCallback(IterationCallback):
             self._on_iteration()
             self.logger.record("time/iterations", 0, exclude="tensorboard")
             self.logger.record("time/total_timesteps", self.model.num_timesteps, exclude="tensorboard")
-            self.model.log_row_pending()  # one row 0 for every evaluation callback, written before the rollout
+            self.algorithm.log_row_pending()  # one row 0 for every evaluation callback, written before the rollout
 
     def _on_iteration(self) -> None:
         result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,

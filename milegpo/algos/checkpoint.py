@@ -85,7 +85,8 @@ def _aside(path: Path, tag: str) -> Path:
     return path.parent / f".{path.name}{tag}{uuid.uuid4().hex[:8]}"
 
 
-def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: Any, optimizer: th.optim.Optimizer) -> Path:
+def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: Any,
+                     optimizer: th.optim.Optimizer) -> Path:
     """Write a checkpoint directory at ``path`` atomically (see the module docstring)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

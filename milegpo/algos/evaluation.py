@@ -123,7 +123,7 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
     """
     if (n_episodes is None) == (task_seeds is None):
         raise ValueError("give exactly one of n_episodes (seeds 0..n-1) or task_seeds")
-    seeds = list(range(int(n_episodes))) if task_seeds is None else [int(s) for s in task_seeds]
+    seeds = list(range(int(n_episodes or 0))) if task_seeds is None else [int(s) for s in task_seeds]
     if not seeds:
         raise ValueError("nothing to evaluate: no task seeds")
     episodes = run_episodes(_policy_of(model), env, seeds, deterministic, temperature, seed, progress)
@@ -145,7 +145,8 @@ def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
         "invalid_action_rate": sum(e["invalid_actions"] for e in episodes) / max(steps, 1),
         "env_errors": sum(e["env_error"] is not None for e in episodes),
         "n_episodes": len(episodes),
-        "sampling": "greedy" if deterministic else ("sampled" if sampled_at is None else f"sampled at T={sampled_at:g}"),
+        "sampling": "greedy" if deterministic else (
+            "sampled" if sampled_at is None else f"sampled at T={sampled_at:g}"),
         "per_task": per_task,
     })
 

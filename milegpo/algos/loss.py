@@ -25,7 +25,6 @@ import numpy as np
 import torch as th
 
 
-
 @dataclass
 class LossOutput:
     """The micro-batch's loss to backpropagate and its parts (detached floats, minibatch shares)."""
@@ -69,8 +68,7 @@ def policy_loss(logp: th.Tensor, old_logp: th.Tensor, advantages: th.Tensor, mas
         diff = ref_logp.to(logp.dtype) - logp
         kl = th.exp(diff) - diff - 1.0
         unit_loss = unit_loss + kl_coef * kl
-    use_entropy = ent_coef != 0.0 and entropy is not None
-    if use_entropy:
+    if ent_coef != 0.0 and entropy is not None:
         unit_loss = unit_loss - ent_coef * entropy
     loss = aggregate(unit_loss, mask, loss_agg, n_units, n_seqs)
     with th.no_grad():
@@ -82,7 +80,7 @@ def policy_loss(logp: th.Tensor, old_logp: th.Tensor, advantages: th.Tensor, mas
         }
         if kl is not None:
             stats["kl"] = float(aggregate(kl, mask, loss_agg, n_units, n_seqs))
-        if use_entropy:
+        if ent_coef != 0.0 and entropy is not None:
             stats["entropy"] = float(aggregate(entropy, mask, loss_agg, n_units, n_seqs))
     return LossOutput(loss=loss, stats=stats)
 

@@ -59,6 +59,7 @@ def play_episodes(policy: Any, env: GroupedTextVecEnv, obs: np.ndarray, infos: l
         for k, i in enumerate(active):
             actions[i] = samples[k].text
         new_obs, rewards, dones, new_infos = env.step(actions)
+        assert isinstance(new_obs, np.ndarray)  # a text vec env's observations: an object array of str
         for k, i in enumerate(active):
             histories[i].append((str(obs[i]), samples[k].text))
         if on_step(RolloutStep(active, samples, infos, rewards, dones, new_infos, policy_seconds)) is False:

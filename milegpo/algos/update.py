@@ -55,7 +55,7 @@ def run_update(policy: Any, optimizer: th.optim.Optimizer, minibatches: Iterable
                settings: UpdateSettings, world: World, where: str = "") -> UpdateReport:
     """One optimizer step per minibatch (empty ones are passed over); the statistics of the
     applied steps averaged. ``tokens`` are this rank's."""
-    report, sums = UpdateReport(), {}
+    report, sums = UpdateReport(), dict[str, float]()
     start = time.perf_counter()
     for minibatch in minibatches:
         if minibatch.n_seqs == 0:
@@ -110,7 +110,8 @@ def optimizer_step(policy: Any, optimizer: th.optim.Optimizer, minibatch: Rollou
     if not (np.isfinite(sums["loss"]) and np.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
         logger.warning("non-finite loss (%s) or gradient norm (%s) at %s: optimizer step skipped; the usual "
-                       "causes are a learning rate or LoRA scale (alpha / r) too large, or a float16 overflow", sums["loss"], grad_norm, where or "an update")
+                       "causes are a learning rate or LoRA scale (alpha / r) too large, or a float16 overflow",
+                       sums["loss"], grad_norm, where or "an update")
         return False, {}
     optimizer.step()
     if settings.kl_coef == 0.0:

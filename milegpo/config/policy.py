@@ -109,7 +109,8 @@ class PolicyConfig:
         check_type("policy.model", self.model, str, "a model name or path", optional=True)
         check_choice("policy.mode", self.mode, MODES)
         check_type("policy.lora", self.lora, LoraConfig, "a LoraConfig")
-        check_choice("policy.dtype", self.dtype, (None, "auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"))
+        check_choice("policy.dtype", self.dtype, (None, "auto", "float32", "fp32", "bfloat16", "bf16", "float16",
+                                                  "fp16"))
         check_type("policy.prompt_template", self.prompt_template, str, "a template family or string", optional=True)
         check_int("policy.history_length", self.history_length, 0)
         check_int("policy.max_prompt_tokens", self.max_prompt_tokens, 1)

@@ -26,11 +26,12 @@ from milegpo.credit.graph import TaskGraph, build_task_graph
 from milegpo.credit.graphgpo import GraphGPOConfig
 from milegpo.credit.grpo import GRPOConfig
 from milegpo.credit.hgpo import HGPOConfig
-from milegpo.credit.rloo import RLOOConfig
 from milegpo.credit.milegpo import MileGPOConfig, MilestoneEvidence, milestone_evidence
+from milegpo.credit.rloo import RLOOConfig
 
 __all__ = [
     "CREDIT_METHODS", "compute_credit", "credit_of_trajectory", "make_credit_config",
-    "StepBatch", "CreditResult", "CreditConfig", "GRPOConfig", "RLOOConfig", "GiGPOConfig", "HGPOConfig", "GraphGPOConfig", "MileGPOConfig",
+    "StepBatch", "CreditResult", "CreditConfig", "GRPOConfig", "RLOOConfig", "GiGPOConfig", "HGPOConfig",
+    "GraphGPOConfig", "MileGPOConfig",
     "TaskGraph", "build_task_graph", "MilestoneEvidence", "milestone_evidence",
 ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,8 @@ def make_credit_config(method: str, **overrides: Any) -> CreditConfig:
     return config_cls.from_dict(overrides)
 
 
-def compute_credit(method: str, batch: StepBatch, config: CreditConfig | Mapping[str, Any] | None = None) -> CreditResult:
+def compute_credit(method: str, batch: StepBatch, config: CreditConfig | Mapping[str,
+                                                                                 Any] | None = None) -> CreditResult:
     """Step advantages of ``batch`` (one per row, in row order) under ``method``.
 
     :param method: one of :data:`CREDIT_METHODS`.

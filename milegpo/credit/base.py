@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -134,8 +135,8 @@ class StepBatch:
             cols["valid"] += vals
             cols["dones"] += [False] * (n - 1) + [True]
             z.append(float(outcomes[i]) if outcomes is not None else float(sum(rews)))
-        return cls(**{k: np.array(v, dtype=object) if k in ("state_keys", "next_state_keys", "actions") else v
-                      for k, v in cols.items()},
+        return cls(**{k: np.array(v, dtype=object) if k in ("state_keys", "next_state_keys", "actions")
+                      else np.asarray(v) for k, v in cols.items()},
                    outcomes=np.array(z, dtype=np.float64), success=np.array(success, dtype=bool))
 
     @classmethod

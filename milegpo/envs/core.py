@@ -86,7 +86,8 @@ class TextEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": ["ansi", "human"]}
 
-    def __init__(self, invalid_action_penalty: float = 0.1, max_episode_steps: int = 50, render_mode: str | None = None):
+    def __init__(self, invalid_action_penalty: float = 0.1, max_episode_steps: int = 50,
+                 render_mode: str | None = None):
         if invalid_action_penalty < 0:
             raise ValueError(f"invalid_action_penalty must be >= 0 (it is subtracted), got {invalid_action_penalty}")
         if max_episode_steps < 1:
@@ -167,7 +168,8 @@ class TextEnv(gym.Env[str, str]):
             valid = False
         truncated = not terminated and self._elapsed_steps >= self.max_episode_steps
         self._episode_over = terminated or truncated
-        return observation, float(reward), bool(terminated), bool(truncated), self._complete_info(info, valid_action=valid)
+        return observation, float(reward), bool(terminated), bool(truncated), self._complete_info(info,
+                                                                                                  valid_action=valid)
 
     def render(self) -> str | None:
         text = self._observation

@@ -50,8 +50,27 @@ from typing import Any
 
 from milegpo.envs.core import TextEnv
 from milegpo.envs.house_world import (  # noqa: F401 (the world model's names are public here too)
-    COLORS, CONTAINERS, DEFAULT_HORIZON, ITEMS, JUNK, MATERIALS, PIT, PIT_DEPTH, ROOMS, TASK_TYPES, _TEXT_FRAGMENTS,
-    Edge, Layout, State, admissible, describe, initial_state, plan, solve, transition, words,
+    _TEXT_FRAGMENTS,
+    COLORS,
+    CONTAINERS,
+    DEFAULT_HORIZON,
+    ITEMS,
+    JUNK,
+    MATERIALS,
+    PIT,
+    PIT_DEPTH,
+    ROOMS,
+    TASK_TYPES,
+    Edge,
+    Layout,
+    State,
+    admissible,
+    describe,
+    initial_state,
+    plan,
+    solve,
+    transition,
+    words,
 )
 
 MAX_OPTIMAL_STEPS = 20  # every generated task is solvable in at most this many steps
@@ -160,7 +179,8 @@ def _draw_layout(rng: random.Random, split: str) -> Layout | None:
     target = ""
     if task_type == "put":
         target = containers[1]
-        near = parent[treasure_room] if rng.random() < 0.5 else rng.choice([r for r in names if r not in (treasure_room, trap)])
+        others = [r for r in names if r not in (treasure_room, trap)]
+        near = parent[treasure_room] if rng.random() < 0.5 else rng.choice(others)
         container_rooms.append((target, near))
     for junk in rng.sample(JUNK, rng.choice((1, 2))):
         places[junk] = rng.choice(names)

@@ -319,8 +319,8 @@ def plan(layout: Layout, state: State, goal: Callable[[State], bool], useful_onl
             parents[nxt] = (current, command)
             if goal(nxt):
                 path = []
-                while parents[nxt] is not None:
-                    nxt, cmd = parents[nxt]
+                while (link := parents[nxt]) is not None:
+                    nxt, cmd = link
                     path.append(cmd)
                 return path[::-1]
             frontier.append((nxt, depth + 1))

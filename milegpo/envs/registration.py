@@ -22,10 +22,10 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
-from gymnasium.envs.registration import load_env_creator
+from gymnasium.envs.registration import EnvCreator, load_env_creator
 
 from milegpo.envs.core import TextEnv
 
@@ -67,7 +67,9 @@ def register_env(env_id: str, entry_point: str | type[TextEnv], **kwargs: Any) -
         raise TypeError(f"{entry_point.__name__} must subclass milegpo.envs.TextEnv")
     if env_id in gym.registry:
         del gym.registry[env_id]
-    gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True, order_enforce=False)
+    # a TextEnv class is an EnvCreator (called with its keyword arguments); its typed signature is narrower
+    creator = entry_point if isinstance(entry_point, str) else cast(EnvCreator, entry_point)
+    gym.register(id=env_id, entry_point=creator, kwargs=kwargs, disable_env_checker=True, order_enforce=False)
 
 
 def registered_env_ids() -> list[str]:
@@ -135,6 +137,8 @@ def make_env(env_id: str, **kwargs: Any) -> TextEnv:
     # Built from the spec, not gym.make: gym.make would take ``max_episode_steps``
     # for its own TimeLimit wrapper instead of passing it to the env.
     spec = gym.spec(env_id)
+    if spec.entry_point is None:
+        raise UnknownEnvError(f"{env_id} has no entry point")
     creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
     env = creator(**{**spec.kwargs, **kwargs})
     env = getattr(env, "unwrapped", env)
@@ -156,7 +160,9 @@ class RegisteredEnvFactory:
         env_id = resolve_env_id(env_id)
         spec = gym.spec(env_id)
         self.env_id = env_id
-        self.entry_point = spec.entry_point
+        if spec.entry_point is None:
+            raise UnknownEnvError(f"{env_id} has no entry point")
+        self.entry_point = cast("str | type[TextEnv]", spec.entry_point)  # registered by register_env
         self.default_kwargs = dict(spec.kwargs)
         self.env_kwargs = dict(env_kwargs or {})
 
@@ -182,7 +188,8 @@ class KwargsFactory:
 def _register_builtins() -> None:
     for env_id, (entry_point, kwargs) in BUILTIN_ENVS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True, order_enforce=False)
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True,
+                         order_enforce=False)
 
 
 _register_builtins()

@@ -65,9 +65,11 @@ class TextWorldEnv(TextEnv):
             if not path.with_suffix(".json").is_file():
                 raise FileNotFoundError(f"{path} has no {path.with_suffix('.json').name} beside it: the adapter needs "
                                         "TextWorld's game metadata for admissible commands, facts and the objective")
-        request = textworld.EnvInfos(admissible_commands=True, facts=True, objective=True, score=True, won=True, lost=True)
+        request = textworld.EnvInfos(admissible_commands=True, facts=True, objective=True, score=True, won=True,
+                                     lost=True)
         # max_episode_steps=None: no TextWorld step limit, the horizon is TextEnv's.
-        self._env_ids = [textworld.gym.register_game(str(path), request, max_episode_steps=None) for path in self.game_files]
+        self._env_ids = [textworld.gym.register_game(str(path), request,
+                                                     max_episode_steps=None) for path in self.game_files]
         self._engine: Any = None
         self._game_index: int | None = None
         self._infos: dict[str, Any] = {}

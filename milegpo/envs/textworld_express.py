@@ -79,7 +79,8 @@ def _java_gateway() -> Any:
                            "runtime >= 8 (e.g. `apt-get install openjdk-17-jre-headless`, or `conda install openjdk`) "
                            "and make sure `java -version` works in this shell.")
     try:
-        port, process = launch_gateway(classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, java_path=java, return_proc=True)
+        port, process = launch_gateway(classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, java_path=java,
+                                       return_proc=True)
         gateway = JavaGateway(gateway_parameters=GatewayParameters(auto_field=True, port=port), java_process=process)
         gateway.jvm.textworldexpress.runtime.PythonInterface()  # fails here if the JVM cannot load the engine
     except Exception as exc:
@@ -179,7 +180,7 @@ class TextWorldExpressEnv(TextEnv):
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         room = self._room() if self._tracks_route else None
         self._update(self._server.stepJSON(action))
-        if self._tracks_route and self._room() != room:
+        if room is not None and self._room() != room:
             self._moved(room, action.removeprefix("move "))
         score = float(self._response["score"])
         reward, self._score = score - self._score, score

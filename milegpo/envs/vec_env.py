@@ -167,7 +167,7 @@ class GroupedTextVecEnv(VecEnv):
         self._obs = np.array([""] * num_envs, dtype=object)
         self._active = np.zeros(num_envs, dtype=bool)
         self._last_infos: list[dict[str, Any]] = [{"inactive": True} for _ in range(num_envs)]
-        self._actions: Sequence[Any] | None = None
+        self._actions: Sequence[Any] | np.ndarray | None = None
         self._closed = False
         #: env errors seen so far (set ``errors.path`` to keep their tracebacks in a file)
         self.errors = EnvErrorLog()
@@ -212,7 +212,7 @@ class GroupedTextVecEnv(VecEnv):
         """Start new episodes: one fresh task seed per group, the same for all its copies."""
         return self.reset_groups(self.draw_task_seeds())
 
-    def reset_groups(self, task_seeds: Sequence[int]) -> np.ndarray:
+    def reset_groups(self, task_seeds: Sequence[int] | np.ndarray) -> np.ndarray:
         """Reset group ``g`` with ``task_seeds[g]`` (e.g. seeds 0..n-1 of an eval split).
 
         Fewer seeds than ``n_tasks`` are allowed: the remaining groups stay
@@ -290,7 +290,8 @@ class GroupedTextVecEnv(VecEnv):
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         self._call_indices("set_attr", indices, attr_name, value)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
         return self._call_indices("env_method", indices, method_name, method_args, method_kwargs)
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
@@ -396,7 +397,8 @@ class GroupedTextVecEnv(VecEnv):
         if start_method is None:
             return "forkserver" if "forkserver" in available else "spawn"
         if start_method not in ("spawn", "forkserver") or start_method not in available:
-            raise ValueError(f"start_method must be 'spawn' or 'forkserver' (available here: {available}), got {start_method!r}")
+            raise ValueError(f"start_method must be 'spawn' or 'forkserver' (available here: {available}), got "
+                             f"{start_method!r}")
         return start_method
 
 
@@ -426,6 +428,7 @@ def make_vec_env(
     elif callable(env_id_or_factory):
         env_fn = KwargsFactory(env_id_or_factory, env_kwargs) if env_kwargs else env_id_or_factory
     else:
-        raise TypeError(f"env_id_or_factory must be an env id or a callable returning a TextEnv, got {env_id_or_factory!r}")
+        raise TypeError(f"env_id_or_factory must be an env id or a callable returning a TextEnv, got "
+                        f"{env_id_or_factory!r}")
     return GroupedTextVecEnv(env_fn, n_tasks=n_tasks, group_size=group_size, seed=seed, subprocess=subprocess,
                              n_workers=n_workers, start_method=start_method, timeout=timeout, shard=shard)

@@ -211,7 +211,8 @@ class ProcessWorker:
     def _start(self) -> None:
         self._send_error = None  # an error of the previous process's pipe says nothing about this one
         self.conn, child_conn = self._ctx.Pipe()
-        self.process = self._ctx.Process(target=worker_main, args=(child_conn, self._pickled_fns), daemon=True, name=self.name)
+        self.process = self._ctx.Process(target=worker_main, args=(child_conn, self._pickled_fns), daemon=True,
+                                         name=self.name)
         self.process.start()
         child_conn.close()
         try:

@@ -5,10 +5,10 @@
 """
 
 from milegpo.policies.llm_policy import LLMPolicy
-from milegpo.policies.sample import ActionSample
-from milegpo.policies.scoring import completion_logprobs
 from milegpo.policies.parsing import parse_action
 from milegpo.policies.prompts import PROMPT_TEMPLATES, PromptBuilder
+from milegpo.policies.sample import ActionSample
+from milegpo.policies.scoring import completion_logprobs
 from milegpo.policies.smollm import smollm2_path
 from milegpo.policies.tiny import build_word_tokenizer, tiny_model
 

@@ -14,20 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import torch as th
+from peft import LoraConfig, PeftModel
+from stable_baselines3.common.policies import BasePolicy
 
 POLICY_FILE = "policy.json"
 
 
-class AdapterFilesMixin:
-    """Saving and loading of :class:`~milegpo.policies.LLMPolicy` (mixed into it)."""
+class AdapterFilesMixin(BasePolicy):
+    """Saving and loading of :class:`~milegpo.policies.LLMPolicy` (its base class)."""
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, th.Tensor]:
+    #: the causal LM with its LoRA adapter (set by the policy)
+    model: PeftModel
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, th.Tensor]:  # type: ignore[override]
         """Only the trainable (LoRA) tensors: the base model is reloaded from ``model``."""
         full = super().state_dict(*args, **kwargs)
         names = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
         return {k: v for k, v in full.items() if k in names}
 
-    def load_state_dict(self, state_dict: dict[str, th.Tensor], strict: bool = True, assign: bool = False):
+    def load_state_dict(self, state_dict: dict[str, th.Tensor], strict: bool = True,  # type: ignore[override]
+                        assign: bool = False) -> Any:
         """Load LoRA tensors saved by :meth:`state_dict` (strict: exactly the same keys)."""
         own = self.state_dict()
         missing, unexpected = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
@@ -60,17 +66,20 @@ class AdapterFilesMixin:
             raise FileNotFoundError(f"{path} holds no saved adapter (adapter_model.safetensors + adapter_config.json)")
         saved = json.loads(config_file.read_text())
         ours = self.model.peft_config["default"]
-        if int(saved.get("r", -1)) != ours.r or set(saved.get("target_modules") or []) != set(ours.target_modules or []):
+        assert isinstance(ours, LoraConfig)
+        targets = ours.target_modules if isinstance(ours.target_modules, (list, set)) else [ours.target_modules]
+        same_modules = set(saved.get("target_modules") or []) == {t for t in targets if t}
+        if int(saved.get("r", -1)) != ours.r or not same_modules:
             raise ValueError(
                 f"adapter in {path} (r={saved.get('r')}, target_modules={saved.get('target_modules')}) does not match "
-                f"this policy (r={ours.r}, target_modules={sorted(ours.target_modules)})"
+                f"this policy (r={ours.r}, target_modules={sorted(t for t in targets if t)})"
             )
         try:
             state = load_file(str(weights), device=str(self.device))
         except Exception as err:  # safetensors raises its own error types for corrupt files
             raise ValueError(f"cannot read adapter weights {weights}: {err}") from err
         result = set_peft_model_state_dict(self.model, state)
-        bad = [k for k in result.unexpected_keys]
+        bad = list(getattr(result, "unexpected_keys", []))
         if bad:
             raise ValueError(f"adapter in {path} has tensors this model lacks: {bad[:5]}")
 

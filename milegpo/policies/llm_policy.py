@@ -29,12 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.policies import BasePolicy
 
 from milegpo.config import PolicyConfig
 from milegpo.config.fields import to_dict, with_overrides
@@ -48,7 +47,7 @@ from milegpo.policies.sampling import HFSampler, Sampler
 from milegpo.policies.scoring import candidate_scores, score_rows
 
 
-class LLMPolicy(AdapterFilesMixin, BasePolicy):
+class LLMPolicy(AdapterFilesMixin):
     """A ``transformers`` causal LM + peft LoRA adapter acting on text observations.
 
     Its settings are one :class:`~milegpo.config.PolicyConfig` (the model, the mode, the LoRA
@@ -81,7 +80,8 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         if config.model is None:
             raise ValueError("policy.model is not set: give a hub name or a local folder of a causal LM "
                              "(e.g. model='Qwen/Qwen2.5-1.5B-Instruct')")
-        super().__init__(observation_space, action_space, optimizer_class=resolve_optimizer_class(config.optimizer_class),
+        super().__init__(observation_space, action_space,
+                         optimizer_class=resolve_optimizer_class(config.optimizer_class),
                          optimizer_kwargs=dict(config.optimizer_kwargs))
         self.config = config
         self.model_name = config.model
@@ -91,13 +91,15 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         self.seed = seed
 
         self._build_model()
-        instructions = INSTRUCTIONS["choose"] if self.mode == "choose" else INSTRUCTIONS["think" if config.think else "generate"]
+        kind = "choose" if self.mode == "choose" else ("think" if config.think else "generate")
+        instructions = INSTRUCTIONS[kind]
         self.prompts = PromptBuilder(self.tokenizer, config.prompt_template, instructions, config.history_length,
                                      config.max_prompt_tokens)
         self._command_tokens = TokenCache(self.tokenizer)
         self._rng = np.random.default_rng(seed)
         self.sampler = self._make_sampler()
-        self.optimizer = self.optimizer_class(self.trainable_parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        make_optimizer: Callable[..., th.optim.Optimizer] = self.optimizer_class  # SB3 types it as Optimizer's own
+        self.optimizer = make_optimizer(self.trainable_parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     # ------------------------------------------------------------------ setup
     def _build_model(self) -> None:
@@ -111,7 +113,8 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
             return HFSampler(self.model, self.tokenizer, self.eos_ids, self.pad_id)
         from milegpo.policies.vllm_sampler import VLLMSampler
 
-        dtype = {th.float32: "float32", th.bfloat16: "bfloat16", th.float16: "float16"}[next(self.model.parameters()).dtype]
+        dtype = {th.float32: "float32", th.bfloat16: "bfloat16",
+                 th.float16: "float16"}[next(self.model.parameters()).dtype]
         return VLLMSampler(self.model_name, self.save_adapter, self.eos_ids, dtype, self.config.lora.r,
                            self.config.max_prompt_tokens + self.config.max_new_tokens, self.seed,
                            dict(self.config.sampler.vllm_kwargs))
@@ -149,15 +152,18 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         eos = self.tokenizer.eos_token_id
         return ids + ([eos] if eos is not None else [])
 
-    def _scores(self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
+    def _scores(self, prompts: Sequence[Sequence[int]],
+                candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
         """Each prompt's candidate scores (:func:`~milegpo.policies.scoring.candidate_scores`)."""
         return candidate_scores(self.model, prompts, candidates, self.pad_id, self.batch_tokens,
                                  self.config.candidate_score)
 
     def _logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                   with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:
-        """Each completion's token log-probs at the policy's temperature (:func:`~milegpo.policies.scoring.score_rows`)."""
-        return score_rows(self.model, prompts, completions, self.pad_id, self.temperature, self.batch_tokens, with_entropy)
+        """Each completion's token log-probs at the policy's temperature
+        (:func:`~milegpo.policies.scoring.score_rows`)."""
+        return score_rows(self.model, prompts, completions, self.pad_id, self.temperature, self.batch_tokens,
+                          with_entropy)
 
     def demonstration(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]],
                       action: str) -> ActionSample:
@@ -202,7 +208,8 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         finally:
             self.set_training_mode(was_training)
 
-    def _choose(self, prompts: list[list[int]], infos: Sequence[dict[str, Any]], deterministic: bool) -> list[ActionSample]:
+    def _choose(self, prompts: list[list[int]], infos: Sequence[dict[str, Any]],
+                deterministic: bool) -> list[ActionSample]:
         commands = []
         for i, info in enumerate(infos):
             cmds = info.get("admissible_commands")
@@ -249,7 +256,8 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         seed = int(self._rng.integers(2**31 - 1))  # the sampler's randomness follows the policy's generator
         completions = self.sampler.generate(prompts, self.temperature, self.config.max_new_tokens, deterministic, seed)
         replies = [c.token_ids for c in completions]
-        recompute = not isinstance(self.sampler, HFSampler) and not self.config.sampler.trust_logprobs and not deterministic
+        recompute = not isinstance(self.sampler,
+                                   HFSampler) and not self.config.sampler.trust_logprobs and not deterministic
         behaviour = self._logprobs(prompts, replies)[0] if recompute else None
         samples = []
         for i, completion in enumerate(completions):
@@ -296,7 +304,8 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
                 return self._evaluate(samples, with_entropy)
         return self._evaluate(samples, with_entropy)
 
-    def _evaluate(self, samples: Sequence[ActionSample], with_entropy: bool) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+    def _evaluate(self, samples: Sequence[ActionSample], with_entropy: bool) -> tuple[th.Tensor, th.Tensor,
+                                                                                      th.Tensor | None]:
         device = self.device
         if self.mode == "generate":
             logps, ents = self._logprobs([s.prompt_ids for s in samples], [s.action_ids for s in samples], with_entropy)
@@ -308,11 +317,11 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
                 logp[i, : len(lp)] = lp
                 mask[i, : len(lp)] = True
                 if entropy is not None:
-                    entropy[i, : len(lp)] = ents[i]
+                    entropy[i, : len(lp)] = cast(th.Tensor, ents[i])  # scored with_entropy
             return logp, mask, entropy
         if any(s.candidate_ids is None or s.chosen is None for s in samples):
             raise ValueError("choose-mode evaluate_actions needs samples with candidate_ids and chosen")
-        scores = self._scores([s.prompt_ids for s in samples], [s.candidate_ids for s in samples])
+        scores = self._scores([s.prompt_ids for s in samples], [s.candidate_ids or [] for s in samples])
         logp = th.zeros((len(samples), 1), device=device)
         entropy = th.zeros((len(samples), 1), device=device) if with_entropy else None
         for i, (s, sc) in enumerate(zip(samples, scores)):
@@ -339,7 +348,7 @@ class LLMPolicy(AdapterFilesMixin, BasePolicy):
         """
         self.set_training_mode(False)
         single = isinstance(observation, str)
-        obs = [observation] if single else [str(o) for o in observation]
+        obs: list[str] = [observation] if isinstance(observation, str) else [str(o) for o in observation]
         infos = [{}] * len(obs) if infos is None else ([infos] if isinstance(infos, dict) else list(infos))
         histories = [[] for _ in obs] if histories is None else list(histories)
         actions = [s.text for s in self.act(obs, infos, histories, deterministic=deterministic)]

@@ -67,14 +67,15 @@ def load_lora_model(name: str, lora: LoraConfig, device: str | th.device, dtype:
     tokenizer = AutoTokenizer.from_pretrained(name)
     base = AutoModelForCausalLM.from_pretrained(name, dtype=resolve_dtype(dtype, device))
     if gradient_checkpointing:
-        if hasattr(base, "activation_checkpointing_enable"):  # its name since transformers 5.2x
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(base, "activation_checkpointing_enable", None)  # its name since transformers 5.2x
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model_type = base.config.model_type
     config = PeftLoraConfig(
         r=lora.r,
-        lora_alpha=float(lora.alpha),
+        lora_alpha=lora.alpha,
         lora_dropout=float(lora.dropout),
         target_modules=lora.target_modules or DEFAULT_TARGET_MODULES.get(model_type, "all-linear"),
         fan_in_fan_out=model_type == "gpt2",

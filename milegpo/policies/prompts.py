@@ -121,7 +121,8 @@ class PromptBuilder:
     :param max_prompt_tokens: the prompt budget in tokens.
     """
 
-    def __init__(self, tokenizer, prompt_template: str | None, instructions: str, history_length: int, max_prompt_tokens: int):
+    def __init__(self, tokenizer, prompt_template: str | None, instructions: str, history_length: int,
+                 max_prompt_tokens: int):
         if history_length < 0:
             raise ValueError(f"history_length must be >= 0, got {history_length}")
         if max_prompt_tokens < 1:
@@ -134,7 +135,8 @@ class PromptBuilder:
         self._warned = False
         self._encoded = TokenCache(tokenizer)
 
-    def text(self, task: str, observation: str, history: Sequence[tuple[str, str]], commands: Sequence[str] | None, k: int) -> str:
+    def text(self, task: str, observation: str, history: Sequence[tuple[str, str]], commands: Sequence[str] | None,
+             k: int) -> str:
         """The prompt text (chat template applied) showing the last ``k`` history steps."""
         shown = list(history)[-k:] if k > 0 else []
         content = self.template.format(
@@ -155,7 +157,8 @@ class PromptBuilder:
         """Token ids of ``text`` (cached: the same prompt recurs across a group and across steps)."""
         return self._encoded(text)
 
-    def build(self, task: str, observation: str, history: Sequence[tuple[str, str]], commands: Sequence[str] | None) -> list[int]:
+    def build(self, task: str, observation: str, history: Sequence[tuple[str, str]],
+              commands: Sequence[str] | None) -> list[int]:
         """Prompt token ids within ``max_prompt_tokens`` (see the module docstring)."""
         for k in range(min(self.history_length, len(history)), -1, -1):
             ids = self.encode(self.text(task, observation, history, commands, k))

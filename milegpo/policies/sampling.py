@@ -45,13 +45,13 @@ class Sampler(ABC):
                  deterministic: bool, seed: int) -> list[Completion]:
         """One reply per prompt; greedy when ``deterministic``, else sampled reproducibly from ``seed``."""
 
-    def before_update(self) -> None:
+    def before_update(self) -> None:  # noqa: B027  an optional hook: a no-op unless the sampler needs it
         """The trainer is about to update the weights (an engine may free its memory meanwhile)."""
 
-    def after_update(self) -> None:
+    def after_update(self) -> None:  # noqa: B027  an optional hook: a no-op unless the sampler needs it
         """The weights changed: every later reply must come from the new ones."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  an optional hook: a no-op unless the sampler needs it
         """Release the sampler's resources."""
 
 

@@ -16,11 +16,15 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from peft import PeftModel
+from transformers import PreTrainedModel
 
 
-def _unwrapped(model: th.nn.Module) -> th.nn.Module:
+def _unwrapped(model: th.nn.Module) -> PreTrainedModel:
     """The transformers model under a peft wrapper (or ``model`` itself)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    assert isinstance(base, PreTrainedModel)
+    return base
 
 
 def cache_argument(model: th.nn.Module) -> str:
@@ -49,7 +53,7 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, left: bool = False,
     ids = np.full((len(rows), width), int(pad_id), dtype=np.int64)
     if width:
         arrays = all(isinstance(row, np.ndarray) for row in rows)
-        ids[filled] = (np.concatenate(rows) if arrays  # type: ignore[arg-type]
+        ids[filled] = (np.concatenate(rows) if arrays
                        else np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum())))
     out_ids, mask = th.from_numpy(ids), th.from_numpy(filled.astype(np.int64))
     return (out_ids.to(device), mask.to(device)) if device is not None else (out_ids, mask)
@@ -162,7 +166,8 @@ def _flat_candidates(prompts: Sequence[Sequence[int]], candidates: Sequence[Sequ
     if len(prompts) != len(candidates):
         raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
     flat = [c for cands in candidates for c in cands]
-    if not flat or any(len(c) == 0 for c in flat) or any(len(p) == 0 for p in prompts) or any(not c for c in candidates):
+    empty = any(len(c) == 0 for c in flat) or any(len(p) == 0 for p in prompts) or any(not c for c in candidates)
+    if not flat or empty:
         raise ValueError("prompts, candidate lists and candidates must be non-empty")
     return flat
 
@@ -242,7 +247,9 @@ def packed_candidate_logprobs(
     width = tail_ids.shape[1]
     segment = th.zeros((n, width), dtype=th.long)  # 0 padding, k >= 1 the row's k-th candidate
     positions = th.zeros((n, width), dtype=th.long)
-    row_of, slot_of, predictor = [], [], []  # per candidate token: row, tail column, logit column
+    row_of: list[int] = []  # per candidate token: row, tail column, logit column
+    slot_of: list[int] = []
+    predictor: list[int] = []
     for i, cands in enumerate(candidates):
         start = 0
         for k, cand in enumerate(cands, start=1):
@@ -259,7 +266,7 @@ def packed_candidate_logprobs(
     tail_allowed |= th.eye(width, dtype=th.bool)  # padding sees itself (no empty softmax); its outputs are unused
     prompt_allowed = mask.bool().unsqueeze(1).expand(n, width, mask.shape[1])
     allowed = th.cat([prompt_allowed, tail_allowed], dim=-1).unsqueeze(1).to(device)
-    if model.config._attn_implementation == "eager":
+    if _unwrapped(model).config._attn_implementation == "eager":
         dtype = next(model.parameters()).dtype
         allowed = th.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, th.finfo(dtype).min)
     out2 = model(input_ids=tail_ids, attention_mask=allowed, position_ids=positions.to(device), use_cache=True,
@@ -326,7 +333,8 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
     ``batch_tokens`` (rows x padded width of prompt and candidates).
     """
     first: dict[tuple, int] = {}
-    source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i) for i, (p, c) in enumerate(zip(prompts, candidates))]
+    source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i) for i, (p, c) in enumerate(zip(prompts,
+                                                                                                   candidates))]
     order = sorted(first.values(), key=lambda i: len(prompts[i]))
     scores: list[th.Tensor] = [th.empty(0)] * len(prompts)
     packed = supports_packed_candidates(model)

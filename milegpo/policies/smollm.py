@@ -56,12 +56,13 @@ def smollm2_path(cache_dir: str | os.PathLike | None = None) -> str:
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         tokenizer.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(tmp).save_pretrained(tmp)  # AutoTokenizer rewrites parts of a saved tokenizer on first load: settle it
+        # AutoTokenizer rewrites parts of a saved tokenizer on first load: settle it
+        AutoTokenizer.from_pretrained(tmp).save_pretrained(tmp)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # the weights are dequantised now; a model that still says "gguf" refuses to be saved or reloaded
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model.hf_quantizer = None
+        vars(model)["hf_quantizer"] = None
         model.save_pretrained(tmp, safe_serialization=True)
         try:
             tmp.rename(target)  # atomic: a concurrent converter either wins or finds the folder there

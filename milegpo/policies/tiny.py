@@ -95,7 +95,8 @@ def build_word_tokenizer(vocab_texts: Iterable[str]):
     )
 
 
-def _config(arch: str, vocab_size: int, tokenizer, hidden_size: int, num_layers: int, num_heads: int, max_positions: int,
+def _config(arch: str, vocab_size: int, tokenizer, hidden_size: int, num_layers: int, num_heads: int,
+            max_positions: int,
             init_std: float):  # fmt: skip
     from transformers import GPT2Config, LlamaConfig, Qwen2Config
 
@@ -162,7 +163,8 @@ def tiny_model(
     tokenizer = AutoTokenizer.from_pretrained(save_dir)
     tokenizer.save_pretrained(save_dir)
 
-    config = _config(arch, len(tokenizer), tokenizer, hidden_size, num_layers, num_heads, max_position_embeddings, init_std)
+    config = _config(arch, len(tokenizer), tokenizer, hidden_size, num_layers, num_heads, max_position_embeddings,
+                     init_std)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -135,7 +135,7 @@ class VLLMSampler(Sampler):
                                  max_tokens=int(max_new_tokens), stop=[STOP_TEXT], include_stop_str_in_output=True,
                                  stop_token_ids=self.eos_ids, logprobs=0, seed=int(seed) + k)
                   for k in range(len(prompts))]
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+        outputs = llm.generate([cast(TokensPrompt, {"prompt_token_ids": list(p)}) for p in prompts], params,
                                lora_request=self._lora, use_tqdm=False)
         completions = []
         for output in outputs:

@@ -45,7 +45,8 @@ def _check_env(config: TrainConfig) -> None:
             raise ValueError(f"{config.env.id} needs a package that is not installed: {exc}") from None
         except (TypeError, ValueError, FileNotFoundError, KeyError) as exc:
             if split is not None and "split" in str(exc):
-                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}). If it has no task splits, set "
+                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}). If it has no task splits, "
+                                 f"set "
                                  "env.train_split=null eval.splits=[]") from None
             raise ValueError(f"cannot make {config.env.id} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
                              "Check env.kwargs (the env's constructor arguments)") from None
@@ -94,7 +95,9 @@ def _check_device(device: str) -> None:
 
     if not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but this machine has no usable CUDA device "
-                         f"(torch {torch.__version__}): use run.device=cpu, or run.device=auto to take a GPU when there is one")
+                         f"(torch {torch.__version__}): use run.device=cpu, or run.device=auto to take a GPU when "
+                         f"there is one")
     index = int(device.split(":")[1]) if ":" in device else 0
     if index >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        raise ValueError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s)")

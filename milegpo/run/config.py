@@ -197,7 +197,8 @@ RENAMED = {
     "total_timesteps": "run.total_timesteps", "steps": "run.total_timesteps", "credit_preset": "algo.credit_preset",
     "credit_kwargs": "algo.credit_kwargs", "model": "policy.model", "tiny_hidden_size": "run.tiny_model.hidden_size",
     "tiny_layers": "run.tiny_model.layers", "tiny_heads": "run.tiny_model.heads", "lora_r": "policy.lora.r",
-    "lora_alpha": "policy.lora.alpha", "dtype": "policy.dtype", "gradient_checkpointing": "policy.gradient_checkpointing",
+    "lora_alpha": "policy.lora.alpha", "dtype": "policy.dtype",
+    "gradient_checkpointing": "policy.gradient_checkpointing",
     "device": "run.device", "warm_start": "run.warm_start", "mode": "policy.mode",
     "prompt_template": "policy.prompt_template", "history_length": "policy.history_length",
     "max_prompt_tokens": "policy.max_prompt_tokens", "candidate_score": "policy.candidate_score",
@@ -221,7 +222,7 @@ def preset_text(name: str) -> str:
     """The YAML of a named preset."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; presets: {list(PRESETS)}")
-    return resources.files("milegpo.run").joinpath("presets", f"{name}.yaml").read_text()
+    return resources.files("milegpo.run").joinpath(f"presets/{name}.yaml").read_text()
 
 
 def resolve_config(preset: str | None = None, files: Sequence[str | Path] = (), overrides: Sequence[str] = (),

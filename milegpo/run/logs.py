@@ -2,7 +2,8 @@
 
 A run writes one row per iteration to ``progress.csv`` and TensorBoard (SB3's
 logger), and one JSON line per iteration to ``credit_diagnostics.jsonl`` and
-``eval.jsonl`` (and keeps the last iteration's batch in ``last_batch.npz``). A run killed at any moment resumes from its last checkpoint,
+``eval.jsonl`` (and keeps the last iteration's batch in ``last_batch.npz``). A run killed at any moment
+resumes from its last checkpoint,
 which holds iteration ``N``; everything logged after ``N`` was lost with the
 weights and will be logged again. So before a resumed run writes anything,
 :func:`rollback_logs` cuts every log back to iterations ``<= N`` (a half-written
@@ -17,13 +18,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 
-from milegpo.credit.batch import load_step_batch
 from milegpo.algos.console import console_format
+from milegpo.credit.batch import load_step_batch
 from milegpo.run_folder import JSONL_LOGS, LAST_BATCH_FILE, PROGRESS_FILE
 
 #: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
@@ -121,8 +123,8 @@ def _rollback_csv(path: Path, iteration: int) -> int:
     for line in lines[1:]:
         row = next(csv.reader([line]), [])
         values = dict(zip(header, row))
-        if len(row) == len(header) and _as_int(values.get(ITERATION_KEY)) is not None \
-                and _as_int(values[ITERATION_KEY]) <= iteration:
+        row_iteration = _as_int(values.get(ITERATION_KEY))
+        if len(row) == len(header) and row_iteration is not None and row_iteration <= iteration:
             kept.append(line)
         else:
             dropped += 1

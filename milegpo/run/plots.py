@@ -97,7 +97,8 @@ def plot_credit_diagnostics(progress_csv: str | Path, out_png: str | Path, title
     panels = [(key, label) for key, label in CREDIT_PANELS.items() if key in data]
     if not panels:
         panels = [(key, key) for key in sorted(data) if key.startswith("credit/")]
-    fig, axes = plt.subplots(max(len(panels), 1), 1, figsize=(6, 1.8 * max(len(panels), 1) + 0.6), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(max(len(panels), 1), 1, figsize=(6, 1.8 * max(len(panels), 1) + 0.6), sharex=True,
+                             squeeze=False)
     for ax, (key, label) in zip(axes[:, 0], panels):
         points = [(s, v) for s, v in zip(steps, data[key]) if not math.isnan(v)]
         if points:

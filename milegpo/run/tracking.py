@@ -11,7 +11,8 @@ Where the data goes is the trackers' own business, set as usual by environment v
 ``WANDB_PROJECT`` (default ``milegpo``), ``WANDB_MODE=offline``, ``WANDB_DIR`` (default: the
 run folder); ``MLFLOW_TRACKING_URI`` (default: MLflow's, ``sqlite:///mlflow.db`` in the working
 directory, which the ``tracking`` extra's SQLAlchemy serves; the store is checked before the run
-starts), ``MLFLOW_EXPERIMENT_NAME`` (default ``milegpo``). A resumed run continues the same tracker run (the ids are kept in
+starts), ``MLFLOW_EXPERIMENT_NAME`` (default ``milegpo``). A resumed run continues the same tracker
+run (the ids are kept in
 ``trackers.json`` of the run folder). Rows the killed session logged after its last
 checkpoint stay in the tracker: W&B ignores the re-logged rows of steps it has seen,
 MLflow keeps both; ``progress.csv`` holds each iteration exactly once.
@@ -23,8 +24,9 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from stable_baselines3.common.logger import KVWriter

@@ -116,13 +116,15 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     from milegpo.algos import distributed
 
     if config.env.n_tasks % world.size:
-        raise ValueError(f"n_tasks ({config.env.n_tasks}) must be a multiple of the number of processes ({world.size}): "
+        raise ValueError(f"n_tasks ({config.env.n_tasks}) must be a multiple of the number of processes "
+                         f"({world.size}): "
                          "each process plays whole task groups")
     run_dir = Path(distributed.broadcast_from_main(str(run_dir or default_run_dir(config)), world))
     main = world.is_main
     verbose = verbose if main else 0
     if resume and not (run_dir / CONFIG_FILE).exists():
-        raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo train` wrote")
+        raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo "
+                                f"train` wrote")
     if not resume and (run_dir / PROGRESS_FILE).exists():
         raise ValueError(f"run folder {str(run_dir)!r} already has logs: continue it with --resume {run_dir}, "
                          "or choose another --run-dir")
@@ -320,7 +322,8 @@ def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, logger
     finish_trackers(logger, results, plots)
     if verbose:
         for split, result in results.items():
-            print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x {config.eval.copies}")
+            print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x "
+                  f"{config.eval.copies}")
         print(f"Run folder: {run_dir}")
 
 
@@ -343,7 +346,8 @@ def evaluate_model(model: Any, config: TrainConfig, splits: list[str] | None = N
                                     progress=progress, **_eval_sampling(config))
         finally:
             env.close()
-        results[str(split)] = {k: v for k, v in result.items() if k != "per_task"} | {"n_tasks": n_tasks or config.eval.n_tasks}
+        results[str(split)] = {k: v for k,
+                               v in result.items() if k != "per_task"} | {"n_tasks": n_tasks or config.eval.n_tasks}
     return results
 
 
@@ -353,11 +357,13 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
 
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).exists():
-        raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo train` wrote")
+        raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo "
+                                f"train` wrote")
     config = TrainConfig.from_file(run_dir / CONFIG_FILE)
     checkpoint = run_dir / FINAL_DIR if (run_dir / FINAL_DIR).exists() else latest_checkpoint(run_dir / CHECKPOINTS_DIR)
     if checkpoint is None:
-        raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet ({FINAL_DIR}/ or {CHECKPOINTS_DIR}/)")
+        raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet ({FINAL_DIR}/ or "
+                                f"{CHECKPOINTS_DIR}/)")
     return config, ALGORITHMS[config.algo.method].load(checkpoint, device=config.run.device)
 
 

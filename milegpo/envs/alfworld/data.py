@@ -17,8 +17,9 @@ import functools
 import io
 import os
 import random
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from milegpo.envs.alfworld.generate import TASK_TYPES, ensure_task_set
 

@@ -34,7 +34,8 @@ import collections
 import json
 import os
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from milegpo.envs.alfworld import speedups
 from milegpo.envs.alfworld.data import canonical_split, canonical_task_types, game_files, resolve_data_root

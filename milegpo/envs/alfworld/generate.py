@@ -42,6 +42,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 #: Bump when the generated games change: the cache folder is keyed by it.
 GENERATOR_VERSION = "2"
@@ -82,8 +83,16 @@ SMALL_ROOM_RECEPTACLES: dict[str, dict[str, tuple[int, int]]] = {
     "LivingRoom": {"Sofa": (1, 1), "CoffeeTable": (1, 1), "SideTable": (1, 1), "Shelf": (1, 1)},
 }
 
+class SizeSpec(TypedDict):
+    """A task-set size: receptacles per room, target instances (pick_two: +1) and distractor types."""
+
+    receptacles: dict[str, dict[str, tuple[int, int]]]
+    targets: tuple[int, int]
+    distractor_types: tuple[int, int]
+
+
 #: Task-set sizes: receptacles per room, target instances (pick_two: +1) and distractor types.
-SIZES = {
+SIZES: dict[str, SizeSpec] = {
     "standard": {"receptacles": ROOM_RECEPTACLES, "targets": (1, 2), "distractor_types": (6, 12)},
     "small": {"receptacles": SMALL_ROOM_RECEPTACLES, "targets": (1, 1), "distractor_types": (0, 2)},
 }

@@ -64,7 +64,7 @@ def _cached_parser(parse):
             return parse(text, **options)
         return copy.deepcopy(result)
 
-    parse_and_convert.__wrapped_parser__ = parse
+    vars(parse_and_convert)["__wrapped_parser__"] = parse
     return parse_and_convert
 
 

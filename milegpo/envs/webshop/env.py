@@ -240,7 +240,8 @@ class WebShopEnv(TextEnv):
             queries = self._candidate_queries()
             ranks = [_rank(self.search_engine.search(q), session.goal.asin) for q in queries]
             return f"search[{queries[ranks.index(min(ranks))]}]"
-        target = session.goal.asin if session.goal.asin in session.results else (session.results or [None])[0]
+        target: str | None = session.goal.asin if session.goal.asin in session.results else (
+            session.results[0] if session.results else None)
         if page.kind == "results":
             if target is None:
                 return f"click[{BACK_TO_SEARCH.lower()}]"
@@ -251,6 +252,7 @@ class WebShopEnv(TextEnv):
         if page.kind != "item" or page.asin != target:
             return f"click[{PREV_PAGE.lower()}]"
         chosen = set(dict(page.options).values())
+        assert page.asin is not None  # an item page
         product = self.catalog.by_asin[page.asin]
         for wanted in session.goal.goal_options:
             for values in product.options.values():

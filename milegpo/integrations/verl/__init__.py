@@ -33,7 +33,13 @@ from milegpo.integrations.verl.estimator import compute_advantage, compute_step_
 from milegpo.integrations.verl.install import install, setup_worker
 from milegpo.integrations.verl.settings import ESTIMATORS, EstimatorSettings, settings_from_config
 from milegpo.integrations.verl.steps import (
-    REQUIRED_COLUMNS, STEP_COLUMN, WON_COLUMN, SuccessRule, add_step_index, annotate_rollout, step_batch_from_verl,
+    REQUIRED_COLUMNS,
+    STEP_COLUMN,
+    WON_COLUMN,
+    SuccessRule,
+    add_step_index,
+    annotate_rollout,
+    step_batch_from_verl,
 )
 
 __all__ = [

@@ -17,14 +17,18 @@ if TYPE_CHECKING:
 class DataProtoLike(StepRows, Protocol):
     """The parts of a ``verl.DataProto`` the estimator reads and writes."""
 
-    batch: "dict[str, torch.Tensor]"
+    batch: dict[str, torch.Tensor]
     meta_info: dict[str, object]
+
+
+#: success from the env's ``won`` when the batch has it, else from the reward
+DEFAULT_SUCCESS = SuccessRule()
 
 
 def compute_step_advantage(
     data: DataProtoLike, method: str = "milegpo", config: CreditConfig | Mapping[str, object] | None = None, *,
-    success: SuccessRule = SuccessRule(), invalid_action_penalty: float = 0.1,
-) -> "tuple[torch.Tensor, torch.Tensor, CreditResult]":
+    success: SuccessRule = DEFAULT_SUCCESS, invalid_action_penalty: float = 0.1,
+) -> tuple[torch.Tensor, torch.Tensor, CreditResult]:
     """Token-level ``(advantages, returns, credit)`` of a verl-agent step-level batch.
 
     :param method: a credit method (:data:`milegpo.credit.CREDIT_METHODS`).

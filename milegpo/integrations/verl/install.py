@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 from milegpo.integrations.verl.estimator import compute_advantage, configure
 from milegpo.integrations.verl.settings import ESTIMATORS, settings_from_config
@@ -58,10 +58,15 @@ def _estimator_name(config: Mapping[str, Any]) -> str | None:
     return name if name in ESTIMATORS else None
 
 
-def _patch_trainer_init(trainer_cls: type) -> None:
-    original = _original(trainer_cls.__init__)
+def _swap(owner: object, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace ``owner.name`` by ``wrap(original)``, where ``original`` is the unpatched function (so a
+    second install wraps the original again, never a wrapper)."""
+    original = _original(getattr(owner, name))
+    setattr(owner, name, _mark(wrap(original), original))
 
-    def __init__(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+
+def _patched_trainer_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    def __init__(self: object, config: Any, *args: Any, **kwargs: Any) -> None:
         name = _estimator_name(config)
         if name is None:
             original(self, config, *args, **kwargs)
@@ -77,29 +82,25 @@ def _patch_trainer_init(trainer_cls: type) -> None:
             with open_dict(config.algorithm):
                 config.algorithm.adv_estimator = name
 
-    trainer_cls.__init__ = _mark(__init__, original)
+    return __init__
 
 
-def _patch_metrics(module: ModuleType) -> None:
-    original = _original(module.compute_data_metrics)
-
+def _patched_metrics(original: Callable[..., Any]) -> Callable[..., Any]:
     def compute_data_metrics(batch: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         metrics = original(batch, *args, **kwargs)
         metrics.update(batch.meta_info.get("milegpo_credit", {}))
         return metrics
 
-    module.compute_data_metrics = _mark(compute_data_metrics, original)
+    return compute_data_metrics
 
 
-def _patch_collector(collector_cls: type) -> None:
-    original = _original(collector_cls.gather_rollout_data)
-
-    def gather_rollout_data(self: Any, total_batch_list: Any, *args: Any, **kwargs: Any) -> Any:
+def _patched_collector(original: Callable[..., Any]) -> Callable[..., Any]:
+    def gather_rollout_data(self: object, total_batch_list: Any, *args: Any, **kwargs: Any) -> Any:
         success = kwargs["success"] if "success" in kwargs else args[2]
         annotate_rollout(total_batch_list, success)
         return original(self, total_batch_list, *args, **kwargs)
 
-    collector_cls.gather_rollout_data = _mark(gather_rollout_data, original)
+    return gather_rollout_data
 
 
 def install(module: ModuleType | None = None, collector: type | None = None) -> None:
@@ -112,22 +113,24 @@ def install(module: ModuleType | None = None, collector: type | None = None) -> 
     """
     if module is None:
         module = importlib.import_module(TRAINER_MODULE)
-    fallback = _original(module.compute_advantage)
 
-    def routed(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
-        return compute_advantage(data, adv_estimator, *args, fallback=fallback, **kwargs)
+    def routed(fallback: Callable[..., Any]) -> Callable[..., Any]:
+        def compute(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
+            return compute_advantage(data, adv_estimator, *args, fallback=fallback, **kwargs)
 
-    module.compute_advantage = _mark(routed, fallback)
-    _patch_trainer_init(module.RayPPOTrainer)
+        return compute
+
+    _swap(module, "compute_advantage", routed)
+    _swap(vars(module)["RayPPOTrainer"], "__init__", _patched_trainer_init)
     if hasattr(module, "compute_data_metrics"):
-        _patch_metrics(module)
+        _swap(module, "compute_data_metrics", _patched_metrics)
     if collector is None:
         try:
-            collector = importlib.import_module(COLLECTOR_MODULE).TrajectoryCollector
+            collector = vars(importlib.import_module(COLLECTOR_MODULE))["TrajectoryCollector"]
         except ImportError:
             collector = None
     if collector is not None:
-        _patch_collector(collector)
+        _swap(collector, "gather_rollout_data", _patched_collector)
 
 
 def setup_worker() -> None:
