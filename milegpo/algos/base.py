@@ -44,7 +44,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
@@ -425,7 +425,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                                            **kwargs)
 
     # --------------------------------------------------------- evaluation
-    def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Any = None,
+    def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Sequence[int] | None = None,
                  deterministic: bool = True, temperature: float | None = None, seed: int | None = None,
                  progress: bool = False) -> dict[str, Any]:
         """Evaluation on held-out tasks (see :func:`milegpo.algos.evaluation.evaluate`)."""

@@ -33,13 +33,17 @@ are (their token ids and old log-probs are read by the trainer).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from milegpo.credit import CreditResult, StepBatch, compute_credit
+from milegpo.credit import CreditConfig, CreditResult, StepBatch, compute_credit
+from milegpo.policies.sample import ActionSample
+
+if TYPE_CHECKING:
+    from milegpo.algos.distributed import World
 
 
 @dataclass
@@ -55,7 +59,7 @@ class StepRecord:
     :param done: the step ended the episode (terminated or truncated).
     """
 
-    sample: Any
+    sample: ActionSample
     state_key: str
     next_state_key: str
     reward: float
@@ -81,7 +85,7 @@ class Trajectory:
         return float(sum(step.reward for step in self.steps))
 
 
-def step_tokens(sample: Any) -> int:
+def step_tokens(sample: ActionSample) -> int:
     """Tokens a forward pass over this step processes: the prompt plus the action
     (generate mode) or plus every candidate command (choose mode)."""
     candidates = getattr(sample, "candidate_ids", None)
@@ -240,7 +244,7 @@ class TextRolloutBuffer:
         )
         return self.batch
 
-    def compute_credit(self, method: str, config: Any = None) -> CreditResult:
+    def compute_credit(self, method: str, config: CreditConfig | Mapping[str, Any] | None = None) -> CreditResult:
         """Build the :class:`StepBatch` and compute every step's advantage with ``method``."""
         batch = self.step_batch()
         result = compute_credit(method, batch, config)
@@ -268,7 +272,7 @@ class TextRolloutBuffer:
         return np.array([step_tokens(s) for s in self.samples], dtype=np.int64)
 
     def get(self, rng: np.random.Generator, batch_size: int | None = None, mini_batch_tokens: int | None = None,
-            world: Any = None) -> Iterator[RolloutMinibatch]:
+            world: World | None = None) -> Iterator[RolloutMinibatch]:
         """Shuffled minibatches covering every step exactly once, one per optimizer step.
 
         A minibatch holds ``batch_size`` steps, or as many steps as fit in
@@ -291,9 +295,10 @@ class TextRolloutBuffer:
             return
         from milegpo.algos.distributed import all_gather_objects
 
+        assert world is not None
         tokens_per_rank, units_per_rank = all_gather_objects(tokens, world), all_gather_objects(units, world)
         all_tokens, all_units = np.concatenate(tokens_per_rank), np.concatenate(units_per_rank)
-        offset = sum(len(t) for t in tokens_per_rank[: world.rank])
+        offset = int(sum(len(t) for t in tokens_per_rank[: world.rank]))
         for rows in minibatch_rows(rng, all_tokens, batch_size, mini_batch_tokens):
             mine = rows[(rows >= offset) & (rows < offset + n_rows)] - offset
             yield self._minibatch(samples, mine, tokens, int(all_units[rows].sum()), len(rows))

@@ -165,7 +165,7 @@ class EvalCallback(IterationCallback):
             self.algorithm.log_row_pending()  # one row 0 for every evaluation callback, written before the rollout
 
     def _on_iteration(self) -> None:
-        result = evaluate(self.model, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,
+        result = evaluate(self.algorithm, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,
                           temperature=self.temperature, seed=self.seed)
         row = {"iteration": self._iterations(), "num_timesteps": self.model.num_timesteps,
                **{k: v for k, v in result.items() if k != "per_task"}}

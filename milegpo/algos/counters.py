@@ -11,7 +11,10 @@ so a counter cannot be saved and then forgotten at load time.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from milegpo.algos.base import GroupRLAlgorithm
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class TrainingCounters:
     time_elapsed_s: float = 0.0
 
     @classmethod
-    def of(cls, model: Any) -> TrainingCounters:
+    def of(cls, model: GroupRLAlgorithm) -> TrainingCounters:
         """The counters of a :class:`~milegpo.algos.base.GroupRLAlgorithm` now."""
         return cls(num_timesteps=int(model.num_timesteps), n_updates=int(model._n_updates),
                    iterations=int(model._iterations), skipped_steps=int(model._skipped_steps),
@@ -54,7 +57,7 @@ class TrainingCounters:
             raise ValueError(f"the checkpoint's counters lack {missing}")
         return cls(**{f.name: values[f.name] for f in fields(cls)})
 
-    def restore(self, model: Any) -> None:
+    def restore(self, model: GroupRLAlgorithm) -> None:
         """Set the model's counters to these (training then continues from here)."""
         model.num_timesteps = self.num_timesteps
         model._n_updates = self.n_updates

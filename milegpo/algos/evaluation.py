@@ -17,20 +17,25 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from milegpo.algos.rollout import RolloutStep, play_episodes
+from milegpo.contracts import ActingPolicy
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
+if TYPE_CHECKING:
+    from milegpo.algos.base import GroupRLAlgorithm
 
-def _policy_of(model: Any) -> Any:
-    return getattr(model, "policy", model)
+
+def _policy_of(model: GroupRLAlgorithm | ActingPolicy) -> ActingPolicy:
+    """The policy of an algorithm, or the policy itself."""
+    return cast(ActingPolicy, model.policy) if hasattr(model, "policy") else model
 
 
-def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool = True,
+def run_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool = True,
                  temperature: float | None = None, seed: int | None = None,
                  progress: bool = False) -> list[dict[str, Any]]:
     """Play every copy of each task in ``task_seeds`` once; one result dict per episode
@@ -42,23 +47,21 @@ def run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int],
     afterwards), so the same weights, tasks and seed give the same result.
     ``progress`` shows a progress bar over the tasks.
     """
-    sampling = policy.seeded_sampling(seed) if seed is not None and hasattr(policy, "seeded_sampling") \
-        else contextlib.nullcontext()
+    sampling = policy.seeded_sampling(seed) if seed is not None else contextlib.nullcontext()
     with sampling:
         return _run_episodes(policy, env, task_seeds, deterministic, temperature, progress)
 
 
-def _run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool,
+def _run_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool,
                   temperature: float | None, progress: bool) -> list[dict[str, Any]]:
     if not isinstance(env, GroupedTextVecEnv):
         raise TypeError("evaluation needs a GroupedTextVecEnv: make one with milegpo.make_vec_env(env_id, n_tasks, "
                         "group_size=1, env_kwargs={'split': 'eval_id'})")
     if temperature is not None and (deterministic or temperature <= 0):
         raise ValueError("temperature applies to sampled actions (deterministic=False) and must be > 0")
-    was_training = getattr(policy, "training", False)
-    if hasattr(policy, "set_training_mode"):
-        policy.set_training_mode(False)
-    train_temperature = getattr(policy, "temperature", None)
+    was_training = bool(getattr(policy, "training", False))  # a torch module's flag, where there is one
+    policy.set_training_mode(False)
+    train_temperature = policy.temperature
     if temperature is not None:
         policy.temperature = float(temperature)
     results: list[dict[str, Any]] = []
@@ -89,14 +92,12 @@ def _run_episodes(policy: Any, env: GroupedTextVecEnv, task_seeds: Sequence[int]
             bar.update(len(chunk))
     finally:
         bar.close()
-        if temperature is not None:
-            policy.temperature = train_temperature
-        if hasattr(policy, "set_training_mode"):
-            policy.set_training_mode(was_training)
+        policy.temperature = train_temperature
+        policy.set_training_mode(was_training)
     return results
 
 
-def evaluate(model: Any, env: GroupedTextVecEnv, n_episodes: int | None = None,
+def evaluate(model: GroupRLAlgorithm | ActingPolicy, env: GroupedTextVecEnv, n_episodes: int | None = None,
              task_seeds: Sequence[int] | None = None, deterministic: bool = True,
              temperature: float | None = None, seed: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Success rate, mean return and length of ``model`` on the tasks of ``env``'s split.
@@ -162,8 +163,9 @@ class EvaluationResult(dict):
     __str__ = __repr__
 
 
-def evaluate_policy(model: Any, env: GroupedTextVecEnv, n_eval_episodes: int = 10, deterministic: bool = True,
-                    return_episode_rewards: bool = False) -> tuple[float, float] | tuple[list[float], list[int]]:
+def evaluate_policy(model: GroupRLAlgorithm | ActingPolicy, env: GroupedTextVecEnv, n_eval_episodes: int = 10,
+                    deterministic: bool = True, return_episode_rewards: bool = False,
+                    ) -> tuple[float, float] | tuple[list[float], list[int]]:
     """SB3's ``evaluate_policy`` for text agents: ``(mean_reward, std_reward)`` over the
     episodes of task seeds ``0..n_eval_episodes-1`` (all copies), or the per-episode
     rewards and lengths with ``return_episode_rewards=True``."""

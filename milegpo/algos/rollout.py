@@ -19,7 +19,9 @@ import numpy as np
 import torch as th
 
 from milegpo.algos.buffer import step_tokens
+from milegpo.contracts import ActingPolicy
 from milegpo.envs.vec_env import GroupedTextVecEnv
+from milegpo.policies.sample import ActionSample
 
 
 @dataclass
@@ -40,7 +42,7 @@ class RolloutStep:
     policy_seconds: float
 
 
-def play_episodes(policy: Any, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]], *,
+def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]], *,
                   deterministic: bool, on_step: Callable[[RolloutStep], bool | None]) -> bool:
     """Play ``env``'s episodes from ``obs`` / ``infos`` (right after a group reset) until all are done.
 
@@ -78,7 +80,7 @@ class RolloutMeter:
     action_tokens: int = 0
     logprob_gaps: list[float] = field(default_factory=list)  # per step: max |sampler - trainer| behaviour log-prob
 
-    def add(self, sample: Any) -> None:
+    def add(self, sample: ActionSample) -> None:
         """Count one step's sample."""
         self.tokens += step_tokens(sample)
         self.action_tokens += len(sample.action_ids)

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch as th
@@ -23,6 +22,7 @@ from milegpo.algos import distributed
 from milegpo.algos.buffer import RolloutMinibatch, split_by_tokens
 from milegpo.algos.distributed import World
 from milegpo.algos.loss import pad_right, policy_loss
+from milegpo.contracts import TrainablePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class UpdateReport:
     means: dict[str, float] = field(default_factory=dict)
 
 
-def run_update(policy: Any, optimizer: th.optim.Optimizer, minibatches: Iterable[RolloutMinibatch],
+def run_update(policy: TrainablePolicy, optimizer: th.optim.Optimizer, minibatches: Iterable[RolloutMinibatch],
                settings: UpdateSettings, world: World, where: str = "") -> UpdateReport:
     """One optimizer step per minibatch (empty ones are passed over); the statistics of the
     applied steps averaged. ``tokens`` are this rank's."""
@@ -72,8 +72,8 @@ def run_update(policy: Any, optimizer: th.optim.Optimizer, minibatches: Iterable
     return report
 
 
-def optimizer_step(policy: Any, optimizer: th.optim.Optimizer, minibatch: RolloutMinibatch, settings: UpdateSettings,
-                   world: World, where: str = "") -> tuple[bool, dict[str, float]]:
+def optimizer_step(policy: TrainablePolicy, optimizer: th.optim.Optimizer, minibatch: RolloutMinibatch,
+                   settings: UpdateSettings, world: World, where: str = "") -> tuple[bool, dict[str, float]]:
     """One optimizer step on ``minibatch`` (gradients accumulated over micro-batches of
     ``settings.micro_batch_tokens``).
 

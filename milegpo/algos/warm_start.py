@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from milegpo.config.warm_start import WarmStartConfig
+from milegpo.contracts import TrainablePolicy
+from milegpo.envs.core import TextEnv
 from milegpo.policies.sample import ActionSample
 
 
-def collect_demonstrations(policy: Any, env: Any, episodes: int, epsilon: float,
+def collect_demonstrations(policy: TrainablePolicy, env: TextEnv, episodes: int, epsilon: float,
                            seed: int = 0) -> tuple[list[ActionSample], dict[str, float]]:
     """Play ``episodes`` tasks of ``env`` (a :class:`~milegpo.envs.TextEnv`) with the noisy expert.
 
@@ -61,7 +63,7 @@ def collect_demonstrations(policy: Any, env: Any, episodes: int, epsilon: float,
                      "random_fraction": random_steps / max(len(samples), 1)}
 
 
-def behaviour_clone(policy: Any, samples: list[ActionSample], epochs: int, learning_rate: float,
+def behaviour_clone(policy: TrainablePolicy, samples: list[ActionSample], epochs: int, learning_rate: float,
                     batch_size: int, seed: int = 0, micro_batch_tokens: int | None = None) -> list[dict[str, float]]:
     """Fine-tune ``policy``'s trainable weights to maximise the log-likelihood of ``samples``.
 
@@ -93,7 +95,7 @@ def behaviour_clone(policy: Any, samples: list[ActionSample], epochs: int, learn
     return history
 
 
-def nll_backward(policy: Any, batch: list[ActionSample],
+def nll_backward(policy: TrainablePolicy, batch: list[ActionSample],
                  micro_batch_tokens: int | None = None) -> tuple[float, float, int]:
     """Backpropagate the mean negative log-likelihood per unit of the minibatch ``batch``.
 
@@ -120,7 +122,7 @@ def nll_backward(policy: Any, batch: list[ActionSample],
     return loss_sum, probability, n_units
 
 
-def warm_start(policy: Any, env: Any, config: WarmStartConfig,
+def warm_start(policy: TrainablePolicy, env: TextEnv, config: WarmStartConfig,
                micro_batch_tokens: int | None = None) -> dict[str, Any]:
     """Collect the noisy expert's demonstrations on ``env`` and clone them into ``policy``
     (in micro-batches of ``micro_batch_tokens``, see :func:`behaviour_clone`).

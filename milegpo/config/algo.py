@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milegpo.config.fields import check_int, check_number, check_type
-from milegpo.credit import CREDIT_METHODS, make_credit_config
+from milegpo.credit import CREDIT_METHODS, CreditConfig, make_credit_config
 from milegpo.options import CREDIT_PRESETS, LOSS_AGGREGATIONS, check_choice
 
 
@@ -75,7 +75,7 @@ class AlgoConfig:
         check_type("algo.credit_kwargs", self.credit_kwargs, dict, "a mapping")
         self.credit_config()  # unknown or bad credit fields are refused here, not at the first update
 
-    def credit_config(self) -> Any:
+    def credit_config(self) -> CreditConfig:
         """The credit method's config: its defaults, then the preset (MileGPO only), then ``credit_kwargs``."""
         overrides = dict(self.credit_kwargs)
         if self.credit_preset is not None and self.method == "milegpo":

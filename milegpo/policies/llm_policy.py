@@ -27,7 +27,7 @@ predict completion tokens are computed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -142,7 +142,7 @@ class LLMPolicy(AdapterFilesMixin):
         return [p for p in self.model.parameters() if p.requires_grad]
 
     # ---------------------------------------------------------------- prompts
-    def build_prompt(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
+    def build_prompt(self, observation: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
         """Prompt token ids for one env (task from ``info["task"]``, commands from ``info``)."""
         commands = info.get("admissible_commands")
         return self.prompts.build(str(info.get("task", "")), str(observation), history, commands)
@@ -165,7 +165,7 @@ class LLMPolicy(AdapterFilesMixin):
         return score_rows(self.model, prompts, completions, self.pad_id, self.temperature, self.batch_tokens,
                           with_entropy)
 
-    def demonstration(self, observation: str, info: dict[str, Any], history: Sequence[tuple[str, str]],
+    def demonstration(self, observation: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]],
                       action: str) -> ActionSample:
         """``action`` taken in this state as a sample the policy can be trained to imitate
         (supervised warm start): choose mode, the admissible command it names; generate
@@ -188,7 +188,7 @@ class LLMPolicy(AdapterFilesMixin):
     def act(
         self,
         observations: Sequence[str],
-        infos: Sequence[dict[str, Any]],
+        infos: Sequence[Mapping[str, Any]],
         histories: Sequence[Sequence[tuple[str, str]]],
         deterministic: bool = False,
     ) -> list[ActionSample]:
@@ -208,7 +208,7 @@ class LLMPolicy(AdapterFilesMixin):
         finally:
             self.set_training_mode(was_training)
 
-    def _choose(self, prompts: list[list[int]], infos: Sequence[dict[str, Any]],
+    def _choose(self, prompts: list[list[int]], infos: Sequence[Mapping[str, Any]],
                 deterministic: bool) -> list[ActionSample]:
         commands = []
         for i, info in enumerate(infos):

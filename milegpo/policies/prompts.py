@@ -22,7 +22,10 @@ from __future__ import annotations
 import string
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 #: Prompt templates keyed by env family.
 PROMPT_TEMPLATES: dict[str, str] = {
@@ -204,7 +207,7 @@ class TokenCache:
     kept (the oldest half is dropped when it is full). Callers get a fresh list each time.
     """
 
-    def __init__(self, tokenizer: Any, max_entries: int = 65536):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_entries: int = 65536):
         self.tokenizer, self.max_entries = tokenizer, int(max_entries)
         self._ids: dict[str, tuple[int, ...]] = {}
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch as th
+from transformers import PreTrainedTokenizerBase
 
 from milegpo.policies.scoring import cache_argument, output_cache, pad_rows
 
@@ -69,7 +69,7 @@ class HFSampler(Sampler):
     :param pad_id: the padding token.
     """
 
-    def __init__(self, model: th.nn.Module, tokenizer: Any, eos_ids: Sequence[int], pad_id: int):
+    def __init__(self, model: th.nn.Module, tokenizer: PreTrainedTokenizerBase, eos_ids: Sequence[int], pad_id: int):
         self.model, self.tokenizer, self.pad_id = model, tokenizer, int(pad_id)
         self.eos_ids = frozenset(int(i) for i in eos_ids)
         vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
