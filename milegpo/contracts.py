@@ -35,6 +35,10 @@ class ActingPolicy(Protocol):
         """Dropout on (training) or off (acting)."""
         ...
 
+    def history_text(self, sample: ActionSample) -> str:
+        """What an episode's history keeps of a step's action (the action, or the whole reply)."""
+        ...
+
     def seeded_sampling(self, seed: int) -> AbstractContextManager[None]:
         """Sample from ``seed`` inside the context; the policy's own generators continue afterwards."""
         ...

@@ -13,6 +13,10 @@ MODES = ("choose", "generate")
 CANDIDATE_SCORES = ("sum", "mean")
 #: generate mode: who samples the replies, the trainer's model ("hf") or a colocated vLLM engine
 ROLLOUT_BACKENDS = ("hf", "vllm")
+#: how a step's prompt is laid out: one templated user message, or the episode as one conversation
+PROMPT_FORMATS = ("template", "chat")
+#: how a generated reply becomes the env's action (besides a "module:function" of one's own)
+ACTION_PARSERS = ("auto", "tags", "message")
 #: how the update averages the loss over a minibatch's units (generated tokens or choices)
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 #: per-env MileGPO hyperparameter presets (the paper's values; milegpo.credit.milegpo holds them)

@@ -63,7 +63,7 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
         new_obs, rewards, dones, new_infos = env.step(actions)
         assert isinstance(new_obs, np.ndarray)  # a text vec env's observations: an object array of str
         for k, i in enumerate(active):
-            histories[i].append((str(obs[i]), samples[k].text))
+            histories[i].append((str(obs[i]), policy.history_text(samples[k])))
         if on_step(RolloutStep(active, samples, infos, rewards, dones, new_infos, policy_seconds)) is False:
             return False
         obs, infos = new_obs, new_infos

@@ -55,7 +55,7 @@ def collect_demonstrations(policy: TrainablePolicy, env: TextEnv, episodes: int,
                         break
                     action, random_steps = commands[int(rng.integers(len(commands)))], random_steps + 1
             samples.append(policy.demonstration(observation, info, history, action))
-            history.append((observation, action))
+            history.append((observation, policy.history_text(samples[-1])))
             observation, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         wins += bool(info.get("won"))

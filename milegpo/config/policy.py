@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milegpo.config.fields import check_int, check_number, check_type
-from milegpo.options import CANDIDATE_SCORES, MODES, ROLLOUT_BACKENDS, check_backend_for_mode, check_choice
+from milegpo.options import (
+    ACTION_PARSERS,
+    CANDIDATE_SCORES,
+    MODES,
+    PROMPT_FORMATS,
+    ROLLOUT_BACKENDS,
+    check_backend_for_mode,
+    check_choice,
+)
 
 
 @dataclass(frozen=True)
@@ -72,9 +80,20 @@ class PolicyConfig:
         ``"choose"`` (the env lists admissible commands; the policy samples one by their scores).
     :param lora: the adapter (:class:`LoraConfig`).
     :param dtype: null (bf16 on CUDA, fp32 on CPU), ``"float32"``, ``"bfloat16"``, ``"float16"``.
-    :param prompt_template: a family of ``milegpo.policies.PROMPT_TEMPLATES`` (``default``,
+    :param prompt_format: ``"template"``: each step is one user message made from ``prompt_template``
+        (task, the last steps as text, observation, instructions: the paper's layout);
+        ``"chat"``: the episode is one conversation, the env's opening messages (or the task and first
+        observation) then the model's replies and the env's observations as turns, through the tokenizer's
+        chat template (multi-turn envs, SkyRL-Gym datasets); each trajectory is then scored in one
+        forward pass where its turns extend each other.
+    :param action_parser: how a generated reply becomes the env's action: ``"auto"`` (the env's
+        ``action_format``), ``"tags"`` (the content of ``<action>…</action>``), ``"message"`` (the whole
+        reply: the env parses it) or ``"module:function"`` (``function(reply) -> action``, None when it
+        finds none).
+    :param prompt_template: template format: a family of ``milegpo.policies.PROMPT_TEMPLATES`` (``default``,
         ``alfworld``, ``webshop``) or a format string with named fields; null: ``default``.
-    :param history_length: past (observation, action) steps shown in the prompt.
+    :param history_length: past steps shown in the prompt (template: (observation, action) pairs; chat:
+        (reply, observation) turns).
     :param max_prompt_tokens: prompt budget (the oldest history is dropped first).
     :param max_new_tokens: generate mode: the longest reply.
     :param temperature: sampling temperature of the rollouts (and of the log-probs the update uses).
@@ -92,6 +111,8 @@ class PolicyConfig:
     mode: str = "generate"
     lora: LoraConfig = field(default_factory=LoraConfig)
     dtype: str | None = None
+    prompt_format: str = "template"
+    action_parser: str = "auto"
     prompt_template: str | None = None
     history_length: int = 2
     max_prompt_tokens: int = 2048
@@ -111,6 +132,10 @@ class PolicyConfig:
         check_type("policy.lora", self.lora, LoraConfig, "a LoraConfig")
         check_choice("policy.dtype", self.dtype, (None, "auto", "float32", "fp32", "bfloat16", "bf16", "float16",
                                                   "fp16"))
+        check_choice("policy.prompt_format", self.prompt_format, PROMPT_FORMATS)
+        if self.action_parser not in ACTION_PARSERS and ":" not in str(self.action_parser):
+            raise ValueError(f"policy.action_parser must be one of {list(ACTION_PARSERS)} or 'module:function', "
+                             f"got {self.action_parser!r}")
         check_type("policy.prompt_template", self.prompt_template, str, "a template family or string", optional=True)
         check_int("policy.history_length", self.history_length, 0)
         check_int("policy.max_prompt_tokens", self.max_prompt_tokens, 1)

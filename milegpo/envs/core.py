@@ -12,6 +12,14 @@ string. Everything the trainer and the credit assignment need is carried in the
     ``valid_action``         bool - the last action was parsable and admissible
     ``state_key``            str - :meth:`TextEnv.state_key`, identifies the state
     ``score``                float - the engine's raw score (reward unless overridden)
+    ``action_format``        str - :attr:`TextEnv.action_format`, how a generated reply becomes the action
+
+``info`` keys (optional)
+    ``messages``             the episode's opening chat messages (``[{"role", "content"}, ...]``),
+                             given by ``_reset`` (e.g. a dataset's system and user prompt); a chat
+                             prompt starts from them instead of the task and first observation.
+                             Kept on every step's info.
+    ``observation_role``     a step's role in a chat prompt (``"user"``, the default, or ``"tool"``)
 
 A subclass implements three methods:
 
@@ -38,7 +46,7 @@ import math
 import numbers
 import re
 import string
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -85,6 +93,10 @@ class TextEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
+    #: how a generated reply becomes this env's action (the policy's ``action_parser="auto"`` follows it):
+    #: ``"tags"``, the content of its ``<action>…</action>`` tags (the paper's envs); ``"message"``, the whole
+    #: reply, for envs that parse their own format (``#### 42``, ``<sql>…</sql>``, tool calls)
+    action_format: ClassVar[str] = "tags"
 
     def __init__(self, invalid_action_penalty: float = 0.1, max_episode_steps: int = 50,
                  render_mode: str | None = None):
@@ -100,6 +112,7 @@ class TextEnv(gym.Env[str, str]):
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
         self._observation = ""
+        self._messages: list[dict[str, str]] | None = None
         self._task = ""
         self._won = False
         self._elapsed_steps = 0
@@ -147,6 +160,7 @@ class TextEnv(gym.Env[str, str]):
         self._check_returned("_reset", observation, info)
         self._observation = observation
         self._task = str(info.get("task", self._task))
+        self._messages = _chat_messages(info.get("messages"), type(self).__name__)
         self._won = False
         self._elapsed_steps = 0
         self._episode_over = False
@@ -200,7 +214,23 @@ class TextEnv(gym.Env[str, str]):
         info["won"] = self._won
         info["task"] = self._task
         info["valid_action"] = valid_action
+        info["action_format"] = self.action_format
+        if self._messages is not None:  # the episode's opening chat messages, on every step (chat prompts)
+            info["messages"] = self._messages
         info["admissible_commands"] = self.admissible_commands()
         info["state_key"] = self.state_key()
         info["elapsed_steps"] = self._elapsed_steps
         return info
+
+
+def _chat_messages(value: object, env_name: str) -> list[dict[str, str]] | None:
+    """The opening chat messages an env gave in its reset ``info["messages"]`` (None: it gave none),
+    checked: a list of ``{"role", "content"}`` with string values."""
+    if value is None:
+        return None
+    if not (isinstance(value, list) and value and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in value)):
+        raise EnvContractError(f"{env_name}: info['messages'] at reset must be a non-empty list of "
+                               f"{{'role': str, 'content': str}} chat messages, got {value!r}")
+    return [{"role": m["role"], "content": m["content"]} for m in value]

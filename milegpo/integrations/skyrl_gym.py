@@ -19,14 +19,18 @@ How SkyRL's conventions map to milegpo's:
 * **Task.** ``reset(seed=s)`` builds a fresh skyrl-gym env for row ``s % len(tasks)``
   (the same seed gives the same task: that is how a group shares one task). The
   episode's ``task`` is the last user message of the row's prompt; the first
-  observation is the whole prompt (system messages marked ``system:``).
+  observation is the whole prompt (system messages marked ``system:``), and the prompt's
+  messages themselves are the episode's opening ``messages``: with the policy's chat
+  prompt format (``prompt_format="chat"``) the conversation starts from them unchanged.
 * **Observation.** The messages a step returns, joined; an empty list reads
-  ``"(no new observation)"``.
+  ``"(no new observation)"``. Their role (``user`` or ``tool``) is the step's
+  ``observation_role`` in a chat prompt.
 * **Success.** skyrl-gym has no success flag: an episode is won when it ends with a
   step reward of at least ``success_reward`` (gsm8k: 1.0 for the right answer).
 * **Actions.** Free text (``admissible_commands()`` is None: generate mode), or a
-  fixed list of ``commands`` for choose mode. The skyrl env parses the reply itself,
-  so only an empty reply counts as invalid here.
+  fixed list of ``commands`` for choose mode. The skyrl env parses the reply itself
+  (``action_format = "message"``: the whole reply reaches it, ``####`` answers and
+  ``<sql>`` blocks included), so only an empty reply counts as invalid here.
 * **State key.** ``"<turn>|<normalised observation>"``: skyrl-gym envs often send the
   same message every turn ("provide your reasoning ..."), and without the turn number
   all turns of an episode would be one state. Pass ``state_key_fn`` to use the env's
@@ -110,6 +114,8 @@ def _plain(value: Any) -> Any:
 class SkyRLGymEnv(TextEnv):
     """A skyrl-gym env class over a list of task rows, as a :class:`TextEnv` (see the module docstring).
 
+    The env parses its replies itself: :attr:`action_format` is ``"message"``.
+
     :param env_class: a skyrl-gym env id (``"gsm8k_multi_turn"``, ``"text2sql"``, ...);
         a row's own ``env_class`` takes precedence.
     :param tasks: the dataset rows (``prompt``, ``reward_spec``, ``extra_info``, ...).
@@ -118,6 +124,8 @@ class SkyRLGymEnv(TextEnv):
     :param commands: a fixed list of admissible replies (choose mode); None = free text.
     :param state_key_fn: ``(skyrl_env, observation) -> str``; default: turn and observation.
     """
+
+    action_format = "message"
 
     def __init__(
         self,
@@ -163,14 +171,17 @@ class SkyRLGymEnv(TextEnv):
         user_messages = [m for m in prompt if m.get("role") == "user"]
         task = str(user_messages[-1]["content"]).strip() if user_messages else render_messages(prompt)
         self.task_index = index
-        return render_messages(prompt), {"task": task, "task_index": index}
+        messages = [{"role": str(m.get("role", "user")), "content": str(m.get("content", ""))} for m in prompt]
+        return render_messages(prompt), {"task": task, "task_index": index, "messages": messages}
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         output = self.skyrl_env.step(action)
         reward, done = float(output["reward"]), bool(output["done"])
-        observation = render_messages(output.get("observations") or []) or NO_OBSERVATION
+        messages = output.get("observations") or []
+        observation = render_messages(messages) or NO_OBSERVATION
         info: dict[str, Any] = {"won": done and reward >= self.success_reward, "score": reward,
-                                "skyrl_metadata": output.get("metadata") or {}}
+                                "skyrl_metadata": output.get("metadata") or {},
+                                "observation_role": str(messages[-1].get("role", "user")) if messages else "user"}
         if done:
             info["skyrl_metrics"] = dict(self.skyrl_env.get_metrics())
         return observation, reward, done, info

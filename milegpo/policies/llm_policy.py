@@ -38,13 +38,14 @@ from gymnasium import spaces
 from milegpo.config import PolicyConfig
 from milegpo.config.fields import to_dict, with_overrides
 from milegpo.policies.adapter_files import AdapterFilesMixin
+from milegpo.policies.conversation import single_pass_logprobs
 from milegpo.policies.model import load_lora_model
 from milegpo.policies.optim import resolve_optimizer_class
-from milegpo.policies.parsing import parse_action
-from milegpo.policies.prompts import INSTRUCTIONS, PromptBuilder, TokenCache
+from milegpo.policies.parsing import action_parser
+from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder, PromptBuilder, TokenCache
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.sampling import HFSampler, Sampler
-from milegpo.policies.scoring import candidate_scores, score_rows
+from milegpo.policies.scoring import candidate_scores, score_rows, supports_right_padded_rows
 
 
 class LLMPolicy(AdapterFilesMixin):
@@ -95,6 +96,9 @@ class LLMPolicy(AdapterFilesMixin):
         instructions = INSTRUCTIONS[kind]
         self.prompts = PromptBuilder(self.tokenizer, config.prompt_template, instructions, config.history_length,
                                      config.max_prompt_tokens)
+        self.chat = ChatPromptBuilder(self.tokenizer, instructions, config.history_length,
+                                      config.max_prompt_tokens) if config.prompt_format == "chat" else None
+        self.parse = action_parser(config.action_parser)
         self._command_tokens = TokenCache(self.tokenizer)
         self._rng = np.random.default_rng(seed)
         self.sampler = self._make_sampler()
@@ -144,8 +148,17 @@ class LLMPolicy(AdapterFilesMixin):
     # ---------------------------------------------------------------- prompts
     def build_prompt(self, observation: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
         """Prompt token ids for one env (task from ``info["task"]``, commands from ``info``)."""
+        if self.chat is not None:
+            return self.chat.build(str(info.get("task", "")), str(observation), history, info)
         commands = info.get("admissible_commands")
         return self.prompts.build(str(info.get("task", "")), str(observation), history, commands)
+
+    def history_text(self, sample: ActionSample) -> str:
+        """What a step's history keeps of its action: the action (template prompts show the past
+        actions) or, in a chat prompt, the model's whole reply (its assistant turn)."""
+        if self.chat is not None and sample.raw_text is not None:
+            return sample.raw_text
+        return sample.text
 
     def _candidate_ids(self, command: str) -> list[int]:
         ids = self._command_tokens(command)
@@ -162,6 +175,10 @@ class LLMPolicy(AdapterFilesMixin):
                   with_entropy: bool = False) -> tuple[list[th.Tensor], list[th.Tensor | None]]:
         """Each completion's token log-probs at the policy's temperature
         (:func:`~milegpo.policies.scoring.score_rows`)."""
+        if self.chat is not None and supports_right_padded_rows(self.model):
+            # a chat conversation's turns extend each other: one pass over each conversation's longest sample
+            return single_pass_logprobs(self.model, prompts, completions, self.pad_id, self.temperature,
+                                        self.batch_tokens, with_entropy)
         return score_rows(self.model, prompts, completions, self.pad_id, self.temperature, self.batch_tokens,
                           with_entropy)
 
@@ -204,7 +221,7 @@ class LLMPolicy(AdapterFilesMixin):
             with th.no_grad():
                 if self.mode == "choose":
                     return self._choose(prompts, infos, deterministic)
-                return self._generate(prompts, deterministic)
+                return self._generate(prompts, [str(i.get("action_format", "tags")) for i in infos], deterministic)
         finally:
             self.set_training_mode(was_training)
 
@@ -251,8 +268,10 @@ class LLMPolicy(AdapterFilesMixin):
         finally:
             self._rng = rng
 
-    def _generate(self, prompts: list[list[int]], deterministic: bool) -> list[ActionSample]:
-        """Replies from the sampler, parsed into actions, with the behaviour log-probs of their tokens."""
+    def _generate(self, prompts: list[list[int]], action_formats: Sequence[str],
+                  deterministic: bool) -> list[ActionSample]:
+        """Replies from the sampler, parsed into actions (each env's ``action_format`` under
+        ``action_parser="auto"``), with the behaviour log-probs of their tokens."""
         seed = int(self._rng.integers(2**31 - 1))  # the sampler's randomness follows the policy's generator
         completions = self.sampler.generate(prompts, self.temperature, self.config.max_new_tokens, deterministic, seed)
         replies = [c.token_ids for c in completions]
@@ -262,7 +281,7 @@ class LLMPolicy(AdapterFilesMixin):
         samples = []
         for i, completion in enumerate(completions):
             raw = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
-            text, parsed = parse_action(raw)
+            text, parsed = self.parse(raw, action_formats[i])
             old = completion.logprobs if behaviour is None else behaviour[i].float().cpu().numpy().astype(np.float32)
             samples.append(
                 ActionSample(

@@ -1,8 +1,11 @@
-"""Reading the action out of a generated ``<think>…</think><action>…</action>`` reply."""
+"""Reading the action out of a generated reply: the ``<action>…</action>`` tags of the paper's
+prompts, the whole reply for envs that parse their own format, or a function of one's own."""
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 
 _ACTION = re.compile(r"<\s*action\s*>(.*?)<\s*/\s*action\s*>", re.IGNORECASE | re.DOTALL)
 _WHITESPACE = re.compile(r"\s+")
@@ -23,3 +26,46 @@ def parse_action(text: str) -> tuple[str, bool]:
         if action:
             return action, True
     return text, False
+
+
+def parse_message(text: str) -> tuple[str, bool]:
+    """``(reply, parsed)``: the whole reply for an env that parses its own format; only an empty
+    reply is unparsed."""
+    reply = text.strip()
+    return reply, bool(reply)
+
+
+#: the built-in parsers by ``TextEnv.action_format``
+PARSERS: dict[str, Callable[[str], tuple[str, bool]]] = {"tags": parse_action, "message": parse_message}
+
+
+def action_parser(spec: str) -> Callable[[str, str], tuple[str, bool]]:
+    """``parse(reply, env_action_format) -> (action, parsed)`` for ``PolicyConfig.action_parser``.
+
+    ``"auto"`` follows each env's ``action_format``; ``"tags"`` / ``"message"`` fix one;
+    ``"module:function"`` imports ``function(reply) -> str | None`` (None: no action found,
+    the reply goes to the env unchanged as an invalid action, as with tags).
+    """
+    if spec == "auto":
+        def by_env(reply: str, env_format: str) -> tuple[str, bool]:
+            if env_format not in PARSERS:
+                raise ValueError(f"the env's action_format {env_format!r} is not one of {sorted(PARSERS)}")
+            return PARSERS[env_format](reply)
+
+        return by_env
+    if spec in PARSERS:
+        fixed = PARSERS[spec]
+        return lambda reply, _env_format: fixed(reply)
+    module, _, name = spec.partition(":")
+    try:
+        function = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"action_parser {spec!r} names no function ({error}); give 'module:function'") from None
+    if not callable(function):
+        raise ValueError(f"action_parser {spec!r} is not callable")
+
+    def custom(reply: str, _env_format: str) -> tuple[str, bool]:
+        action = function(reply)
+        return (str(action), True) if action is not None else (reply, False)
+
+    return custom

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import string
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -219,3 +219,69 @@ class TokenCache:
                     del self._ids[key]
             ids = self._ids[text] = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return list(ids)
+
+
+class ChatPromptBuilder:
+    """Turns an episode into one conversation and that into prompt token ids (``prompt_format="chat"``).
+
+    The messages are the env's opening ``messages`` as given (a dataset's system and user prompt),
+    or else one user message with the task, the first observation and ``instructions``; then, per
+    past step, the model's whole reply as an ``assistant`` turn and the observation that followed
+    as a ``user`` (or the env's ``observation_role``, e.g. ``tool``) turn. The tokenizer's chat
+    template renders them, with the generation prompt of the next assistant turn.
+
+    :param tokenizer: a ``transformers`` tokenizer with a chat template.
+    :param instructions: how to answer, added to the first user message when the env gave no
+        opening messages (an env with its own prompt keeps its own instructions).
+    :param history_length: the past turns shown (older ones are dropped first, the opening stays).
+    :param max_prompt_tokens: the prompt budget in tokens (fewer turns are shown to fit it).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, instructions: str, history_length: int,
+                 max_prompt_tokens: int):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("prompt_format 'chat' needs a tokenizer with a chat template; this one has none "
+                             "(use an instruct/chat model, or prompt_format 'template')")
+        self.tokenizer = tokenizer
+        self.instructions = instructions
+        self.history_length = history_length
+        self.max_prompt_tokens = max_prompt_tokens
+
+    def messages(self, task: str, observation: str, history: Sequence[tuple[str, str]],
+                 info: Mapping[str, Any], k: int | None = None) -> list[dict[str, str]]:
+        """The conversation at this step, showing the last ``k`` past turns (default: ``history_length``).
+
+        ``history`` holds, per past step, the observation the model saw and its whole reply;
+        ``observation`` is the current one; ``info`` the current step's info (opening
+        ``messages``, ``observation_role``).
+        """
+        k = self.history_length if k is None else k
+        opening = info.get("messages")
+        first = history[0][0] if history else observation
+        if opening:
+            conversation = [dict(m) for m in opening]
+        else:
+            content = f"Your task: {task.strip()}\n{first.strip()}" if task.strip() else first.strip()
+            conversation = [{"role": "user", "content": f"{content}\n{self.instructions}".strip()}]
+        role = str(info.get("observation_role", "user"))
+        observations = [obs for obs, _ in history[1:]] + [observation]  # what followed each past reply
+        turns = [(reply, after) for (_, reply), after in zip(history, observations)]
+        for reply, after in turns[len(turns) - min(k, len(turns)):] if k > 0 else []:
+            conversation += [{"role": "assistant", "content": reply}, {"role": role, "content": after}]
+        return conversation
+
+    def build(self, task: str, observation: str, history: Sequence[tuple[str, str]],
+              info: Mapping[str, Any]) -> list[int]:
+        """Prompt token ids within ``max_prompt_tokens``: the most recent turns that fit."""
+        for k in range(min(self.history_length, len(history)), -1, -1):
+            ids = self.encode(self.messages(task, observation, history, info, k))
+            if len(ids) <= self.max_prompt_tokens:
+                return ids
+        raise ValueError(f"the chat prompt does not fit max_prompt_tokens={self.max_prompt_tokens} even without "
+                         f"past turns ({len(ids)} tokens): raise max_prompt_tokens")
+
+    def encode(self, messages: list[dict[str, str]]) -> list[int]:
+        """The chat template's token ids of ``messages`` with the next assistant turn's generation prompt."""
+        encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded  # a BatchEncoding in transformers 5
+        return [int(i) for i in cast(list[int], ids)]
