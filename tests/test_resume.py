@@ -132,8 +132,8 @@ def test_kill_9_and_resume_keeps_every_log_whole(reference: Path, tmp_path: Path
     elapsed = [int(r["time/time_elapsed"]) for r in got if r["time/time_elapsed"]]
     assert elapsed == sorted(elapsed)  # the clock continues across sessions
     for name in ("eval.jsonl", "credit_diagnostics.jsonl"):
-        got, want = ([deterministic(r) for r in jsonl(folder / name)] for folder in (run, reference))
-        assert got == want, name
+        lines = [[deterministic(r) for r in jsonl(folder / name)] for folder in (run, reference)]
+        assert lines[0] == lines[1], name
     assert json.loads((run / "eval_final.json").read_text()) == json.loads((reference / "eval_final.json").read_text())
     assert_same_weights(run, reference)
     assert hidden_folders(run) == []

@@ -162,3 +162,26 @@ def test_train_with_the_vllm_backend_end_to_end(tiny_path: str, tmp_path: Path) 
     second = subprocess.run([sys.executable, "-m", "milegpo", "train", "--resume", str(run), "run.total_timesteps=18",
                              "--no-progress-bar"], capture_output=True, text=True, env=env, timeout=600)
     assert second.returncode == 0 and "Resuming from" in second.stdout, second.stderr[-3000:]
+
+
+def test_chat_prompts_sample_with_vllm_and_score_in_one_pass(tiny_path: str) -> None:
+    """prompt_format="chat" on the vLLM sampler: the engine samples from the conversation's tokens, the
+    behaviour log-probs match the trainer's, and the update reads an episode's turns in one pass."""
+    policy = make_policy(tiny_path, prompt_format="chat", history_length=8, max_new_tokens=6)
+    try:
+        env = HouseEnv(max_episode_steps=3)
+        observation, info = env.reset(seed=1)
+        history, samples = [], []
+        for _ in range(3):
+            sample = policy.act([observation], [info], [history])[0]
+            samples.append(sample)
+            history.append((observation, policy.history_text(sample)))
+            observation, _, terminated, truncated, info = env.step(sample.text)
+            if terminated or truncated:
+                break
+        assert gaps(samples).max() < FP32_TOLERANCE
+        logp, mask, _ = policy.evaluate_actions(samples)
+        for i, sample in enumerate(samples):
+            assert np.abs(logp[i][mask[i]].detach().numpy() - sample.old_logprobs).max() < FP32_TOLERANCE
+    finally:
+        policy.close()
