@@ -20,15 +20,22 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from milegpo.envs.core import TextEnv
+    from milegpo.run.config import TrainConfig
+
+#: what ``add_subparsers`` returns: each subcommand adds its parser to it
+Subparsers = argparse._SubParsersAction
 
 #: Functions adding one subcommand each to the ``milegpo`` parser, in help order.
-SUBCOMMANDS: list[Callable[[Any], None]] = []
+SUBCOMMANDS: list[Callable[[Subparsers], None]] = []
 
 QUIT = ":q"
 
 
-def subcommand(add_parser: Callable[[Any], None]) -> Callable[[Any], None]:
+def subcommand(add_parser: Callable[[Subparsers], None]) -> Callable[[Subparsers], None]:
     """Register a function ``add_parser(subparsers)`` that adds one subcommand."""
     SUBCOMMANDS.append(add_parser)
     return add_parser
@@ -47,7 +54,7 @@ def env_kwargs_type(text: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------- play
 @subcommand
-def _play_parser(subparsers: Any) -> None:
+def _play_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "play", help="play a registered text env in the terminal",
         description="Play an env yourself: type a command or its number; ':q' quits.",
@@ -92,7 +99,7 @@ def play(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO |
     return 0
 
 
-def _play_episode(env: Any, env_id: str, seed: int, stdin: TextIO, stdout: TextIO) -> bool:
+def _play_episode(env: TextEnv, env_id: str, seed: int, stdin: TextIO, stdout: TextIO) -> bool:
     """Play one episode; False when the player quit."""
     observation, info = env.reset(seed=seed)
     total = 0.0
@@ -151,7 +158,7 @@ _OLD_FLAGS = ("--algo", "--env", "--model", "--mode", "--group-size", "--n-tasks
 
 
 @subcommand
-def _train_parser(subparsers: Any) -> None:
+def _train_parser(subparsers: Subparsers) -> None:
     from milegpo.run.config import DEMO_PRESET, PRESETS, TrainConfig, describe_value, leaves, lookup, resolve_config
 
     defaults, demo = TrainConfig(), resolve_config(DEMO_PRESET)
@@ -176,8 +183,8 @@ def _train_parser(subparsers: Any) -> None:
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<algo>-<env>-<time>)")
     parser.add_argument("--resume", metavar="RUN_DIR", default=None,
                         help="continue a run from its newest intact checkpoint (its logs are cut back to it); its "
-                             "saved "
-                             "config is the base, overrides apply on top (e.g. run.total_timesteps=N to train further)")
+                             "saved config is the base, overrides apply on top (e.g. run.total_timesteps=N to train "
+                             "further)")
     parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
                         help="console: 0 nothing, 1 one line per iteration (default), 2 every logged value")
@@ -209,9 +216,9 @@ def _metavar(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _config_from_args(args: argparse.Namespace) -> Any:
+def _config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The run's config from --resume / --preset / --config and the overrides (``ValueError`` naming what is wrong)."""
-    from milegpo.run.config import DEMO_PRESET, RENAMED, TrainConfig, resolve_config
+    from milegpo.run.config import DEMO_PRESET, RENAMED, resolve_config
     from milegpo.run_folder import CONFIG_FILE
 
     overrides = [f"{name}={value}" for name, value in vars(args).items() if "." in name and value is not None]
@@ -226,6 +233,8 @@ def _config_from_args(args: argparse.Namespace) -> Any:
                                     "`milegpo train` wrote")
         if args.preset or args.config:
             raise ValueError("--resume continues a run with its saved config: give overrides, not --preset/--config")
+        from milegpo.run.config import TrainConfig
+
         base = TrainConfig.from_file(os.path.join(args.resume, CONFIG_FILE))
         return resolve_config(overrides=overrides, base=base)
     preset = args.preset or (None if args.config else DEMO_PRESET)
@@ -293,7 +302,7 @@ def resume_hint(run_dir: str | None) -> str:
 
 # ----------------------------------------------------------------------- eval
 @subcommand
-def _eval_parser(subparsers: Any) -> None:
+def _eval_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a run folder on held-out tasks",
                                    description="Success of a run's final (else latest) checkpoint on held-out splits. "
                                                "Actions are sampled at the run's eval.temperature (greedy when it is "
@@ -335,7 +344,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 @subcommand
-def _export_parser(subparsers: Any) -> None:
+def _export_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "export", help="write a run's trained policy: the LoRA adapter (peft format) or a merged model",
         description="Export a run's final (else latest) policy with its tokenizer. Without --merged: the LoRA "
