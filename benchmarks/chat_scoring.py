@@ -12,7 +12,8 @@ work (the log-probs of every reply token, forward and backward) is timed:
   per-step prompts of the paper's layout showing every past step.
 
 Tokens are counted for T = 5..50; the per-turn layouts are timed up to ``--max-per-turn-T``
-(20: their cost grows with T²). Wall and process CPU time,
+(20: their cost grows with T²). As in the update, gradients are accumulated over micro-batches
+(``MICRO_BATCH_TOKENS``; one conversation in the one-pass layout). Wall and process CPU time,
 median of ``--repeats``, each layout in turn for each T, written to
 ``benchmarks/results/chat_scoring.{json,md}`` as each T finishes.
 
@@ -39,6 +40,9 @@ from milegpo.policies.sample import ActionSample
 from milegpo.policies.scoring import score_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: tokens per backward pass of the per-turn layouts (the update's micro_batch_tokens for SmolLM2 on a CPU: its
+#: activations take ~2 MB per token in fp32)
+MICRO_BATCH_TOKENS = 1024
 ROOMS = ["kitchen", "hallway", "garden", "cellar", "attic", "study", "pantry", "library"]
 THINGS = ["a red key", "a wooden box", "an old lamp", "a locked door", "a silver coin", "a map"]
 
@@ -70,16 +74,34 @@ def samples_of(policy: LLMPolicy, turns: int) -> list[ActionSample]:
     return out
 
 
+def micro_batches(samples: list[ActionSample], one_pass: bool) -> list[list[ActionSample]]:
+    """How the update splits the samples for its backward passes (gradients accumulated): a conversation
+    scored in one pass is one unit; per-turn samples go in micro-batches of ``MICRO_BATCH_TOKENS``."""
+    if one_pass:
+        return [samples]
+    chunks: list[list[ActionSample]] = [[]]
+    size = 0
+    for sample in samples:
+        tokens = len(sample.prompt_ids) + len(sample.action_ids)
+        if chunks[-1] and size + tokens > MICRO_BATCH_TOKENS:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(sample)
+        size += tokens
+    return chunks
+
+
 def timed_update(policy: LLMPolicy, samples: list[ActionSample], one_pass: bool, repeats: int) -> dict[str, float]:
     """Median wall / CPU seconds of the log-probs of every reply token, forward and backward."""
-    prompts, replies = [s.prompt_ids for s in samples], [s.action_ids for s in samples]
     walls, cpus = [], []
+    score = single_pass_logprobs if one_pass else score_rows
     for _ in range(repeats):
         policy.optimizer.zero_grad(set_to_none=True)
         wall, cpu = time.perf_counter(), time.process_time()
-        score = single_pass_logprobs if one_pass else score_rows
-        logps, _ = score(policy.model, prompts, replies, policy.pad_id, 1.0, policy.batch_tokens)
-        torch.cat(logps).sum().backward()
+        for chunk in micro_batches(samples, one_pass):
+            prompts, replies = [s.prompt_ids for s in chunk], [s.action_ids for s in chunk]
+            logps, _ = score(policy.model, prompts, replies, policy.pad_id, 1.0, policy.batch_tokens)
+            torch.cat(logps).sum().backward()
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus)}
@@ -118,7 +140,7 @@ def main() -> None:
                           "template_full_history": tokens(template_samples, False)},
                "seconds": {"chat_one_pass": timed_update(chat, chat_samples, True, args.repeats)}}
         if turns <= args.max_per_turn_T:
-            repeats = 1 if turns > 20 else args.repeats
+            repeats = 1 if turns >= 20 else args.repeats
             row["seconds"]["chat_per_turn"] = timed_update(chat, chat_samples, False, repeats)
             row["seconds"]["template_full_history"] = timed_update(template, template_samples, False, repeats)
         rows.append(row)
@@ -144,7 +166,9 @@ def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
                      f"{fmt(per / one if per else None)}× |")
     lines.append("")
     lines.append(f"SmolLM2-135M-Instruct, fp32, {args.threads} CPU threads; forward + backward of every reply "
-                 f"token's log-prob; median of {args.repeats} runs (1 above T = 20 for the per-turn layouts); "
+                 f"token's log-prob, backward per micro-batch of {MICRO_BATCH_TOKENS} tokens for the per-turn layouts "
+                 f"and per conversation for the one pass; median of {args.repeats} runs (1 from T = 20 for the "
+                 f"per-turn layouts); "
                  f"1-min load at the end {os.getloadavg()[0]:.1f}. From `benchmarks/chat_scoring.py`.")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
