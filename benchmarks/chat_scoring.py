@@ -163,7 +163,7 @@ def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
         fmt = lambda value: f"{value:.2f}" if value is not None else "–"  # noqa: E731
         lines.append(f"| {row['turns']} | {tok['chat_one_pass']:,} | {tok['chat_per_turn']:,} | "
                      f"{tok['template_full_history']:,} | {one:.2f} | {fmt(per)} | {fmt(tpl)} | "
-                     f"{fmt(per / one if per else None)}× |")
+                     f"{f'{per / one:.1f}×' if per else '–'} |")
     lines.append("")
     lines.append(f"SmolLM2-135M-Instruct, fp32, {args.threads} CPU threads; forward + backward of every reply "
                  f"token's log-prob, backward per micro-batch of {MICRO_BATCH_TOKENS} tokens for the per-turn layouts "
