@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
              "| processes | env steps/s | speed-up | rollout env steps/s | update tokens/s | s / iteration |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['nproc']:.0f} | {r['env_steps_per_s']:.0f} | {r['speedup']:.2f}x | "
-              f"{r['rollout_env_steps_per_s']:.0f} | {r['update_tokens_per_s']:.0f} | {r['seconds_per_iteration']:.2f} "
-              f"|"
+              f"{r['rollout_env_steps_per_s']:.0f} | {r['update_tokens_per_s']:.0f} | "
+              f"{r['seconds_per_iteration']:.2f} |"
               for r in results]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,11 +1,7 @@
 """The choice lists of milegpo's settings, in one place (torch-free: the config, the CLI and the
-policy all check against these), the one check that spans two settings, and the unknown-key
-check of the settings dataclasses."""
+policy all check against these) and the one check that spans two settings."""
 
 from __future__ import annotations
-
-import dataclasses
-from typing import Any
 
 #: LLMPolicy action modes: the model writes a reply ("generate") or picks a listed command ("choose")
 MODES = ("choose", "generate")
@@ -33,14 +29,5 @@ def check_backend_for_mode(rollout_backend: str, mode: str) -> None:
     """vLLM samples generate-mode replies only: choose mode scores candidates with the trainer's model."""
     if rollout_backend != "hf" and mode != "generate":
         raise ValueError(f"policy.sampler.backend {rollout_backend!r} samples generate-mode replies; choose mode "
-                         f"scores the "
-                         "candidates with the trainer's model: use policy.mode=generate or "
+                         "scores the candidates with the trainer's model: use policy.mode=generate or "
                          "policy.sampler.backend=hf")
-
-
-def check_known_keys(settings_class: type, values: dict[str, Any], what: str) -> None:
-    """``ValueError`` listing the valid keys when ``values`` has a key that is no field of the dataclass."""
-    names = {f.name for f in dataclasses.fields(settings_class)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"unknown {what} key(s) {unknown}; valid keys: {sorted(names)}")

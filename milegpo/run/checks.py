@@ -45,9 +45,8 @@ def _check_env(config: TrainConfig) -> None:
             raise ValueError(f"{config.env.id} needs a package that is not installed: {exc}") from None
         except (TypeError, ValueError, FileNotFoundError, KeyError) as exc:
             if split is not None and "split" in str(exc):
-                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}). If it has no task splits, "
-                                 f"set "
-                                 "env.train_split=null eval.splits=[]") from None
+                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}). If it has no task "
+                                 "splits, set env.train_split=null eval.splits=[]") from None
             raise ValueError(f"cannot make {config.env.id} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
                              "Check env.kwargs (the env's constructor arguments)") from None
         try:
