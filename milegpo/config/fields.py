@@ -82,8 +82,8 @@ def check_type(name: str, value: object, kind: type | tuple[type, ...], what: st
     """``ValueError`` unless ``value`` is an instance of ``kind`` (described as ``what``)."""
     if optional and value is None:
         return
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind,
-                                                                                                  tuple) else (kind,)):
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):  # True is an int too
         raise ValueError(f"{name} must be {what}{' or null' if optional else ''}, got {value!r}")
 
 

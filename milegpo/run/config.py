@@ -312,7 +312,7 @@ def leaves(cls: type = TrainConfig, prefix: str = "") -> Iterator[tuple[str, Any
     for f in fields(cls):
         name = f"{prefix}{f.name}"
         sub = settings_class(hints[f.name])
-        if sub is not None and f.name != "warm_start":
+        if sub is not None and f.name != "warm_start":  # the warm start is one setting: null or its dict
             yield from leaves(sub, f"{name}.")
         else:
             yield name, hints[f.name], docs.get(f.name, "")
