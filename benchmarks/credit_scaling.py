@@ -61,9 +61,8 @@ def house_batch(tasks: int, group: int, horizon: int, distinct: bool, seed: int 
         if len(ids) == 0:
             break
         move = rng.choice(4, size=len(ids), p=[0.45, 0.2, 0.1, 0.25])
-        new_room = np.where(move == 0, np.minimum(room[ids] + 1, ROOMS), np.where(move == 1, np.maximum(room[ids] - 1,
-                                                                                                        0),
-                                                                                  room[ids]))
+        back = np.where(move == 1, np.maximum(room[ids] - 1, 0), room[ids])
+        new_room = np.where(move == 0, np.minimum(room[ids] + 1, ROOMS), back)
         new_key = key[ids] | ((move == 2) & (room[ids] == 4))
         now_won = (new_room == ROOMS) & new_key
         for name, value in (("traj", ids), ("step", np.full(len(ids), t)), ("room", room[ids]), ("key", key[ids]),

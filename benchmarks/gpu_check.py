@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 "rollout_tokens_per_s": log["time/rollout_tokens_per_s"],
                 "update_tokens_per_s": model.last_update_stats["update_tokens_per_s"],
                 "env_steps_per_s": log["time/env_steps_per_s"],
-                "rollout_mfu": 2 * n_params * rollout_tokens / max(log["time/rollout_s"],
-                                                                   1e-9) / (args.peak_tflops * 1e12),
+                "rollout_mfu": 2 * n_params * rollout_tokens / max(log["time/rollout_s"], 1e-9)
+                               / (args.peak_tflops * 1e12),
                 "update_mfu": update_flops_per_token * n_params * rollout_tokens
                 / max(model.last_update_stats["update_s"], 1e-9) / (args.peak_tflops * 1e12),
                 "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,

@@ -62,16 +62,17 @@ def main() -> None:
     prompts, replies = paper_shapes(args.rows, 0, model.config.vocab_size)
     real = sum(len(p) + len(r) for p, r in zip(prompts, replies))
     fed = {"tokens": 0}
-    model.model.register_forward_pre_hook(lambda _m, _a, kw: fed.__setitem__("tokens",
-                                                                             fed["tokens"] + kw["input_ids"].numel()),
-                                          with_kwargs=True)
+    def count(_module, _args, kwargs):
+        fed["tokens"] += kwargs["input_ids"].numel()
+
+    model.model.register_forward_pre_hook(count, with_kwargs=True)
     result = {"rows": args.rows, "real_tokens": real, "batch_tokens": args.batch_tokens,
               "prompt_mean": float(np.mean([len(p) for p in prompts])),
               "reply_mean": float(np.mean([len(r) for r in replies])),
               "model": {"hidden": args.hidden, "layers": args.layers, "threads": args.threads}, "paths": {}}
     logps = {}
-    for path_name, right in (("left-padded prompts + right-padded replies", False), ("[prompt | reply] right-padded",
-                                                                                     True)):
+    paths = (("left-padded prompts + right-padded replies", False), ("[prompt | reply] right-padded", True))
+    for path_name, right in paths:
         fed["tokens"] = 0
         with torch.no_grad():
             logps[right], _ = score_rows(model, prompts, replies, 0, 1.0, args.batch_tokens, right_padded=right)

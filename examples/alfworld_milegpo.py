@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     results = {}
     for split in EVAL_SPLITS:
-        eval_env = make_vec_env(ENV_ID, n_tasks=args.n_eval_tasks, group_size=1, env_kwargs={**env_kwargs,
-                                                                                             "split": split})
+        eval_env = make_vec_env(ENV_ID, n_tasks=args.n_eval_tasks, group_size=1,
+                                env_kwargs={**env_kwargs, "split": split})
         sampling = {"deterministic": False, "temperature": args.eval_temperature} if args.eval_temperature > 0 else {}
         result = model.evaluate(eval_env, n_episodes=args.n_eval_tasks, **sampling)  # games 0..n-1 of the split
         eval_env.close()

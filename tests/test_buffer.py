@@ -14,9 +14,8 @@ def sample(text: str, prompt_len: int = 4, candidates: int = 0) -> ActionSample:
     action = list(range(len(text.split())))
     cands = [action] * candidates if candidates else None
     return ActionSample(text=text, prompt_ids=list(range(prompt_len)), action_ids=action, candidate_ids=cands,
-                        chosen=0 if candidates else None, old_logprobs=np.zeros(1 if candidates else len(action),
-                                                                                np.float32),
-                        parsed=True)
+                        chosen=0 if candidates else None,
+                        old_logprobs=np.zeros(1 if candidates else len(action), np.float32), parsed=True)
 
 
 def info(key: str, won: bool = False, valid: bool = True, score: float = 0.0, **extra) -> dict:
@@ -117,8 +116,8 @@ def test_minibatches_cover_every_row_once(filled: TextRolloutBuffer, batch_size:
     batches = [m.rows for m in minibatches]
     rows = np.concatenate(batches)
     for m in minibatches:  # typed samples aligned with their rows, the counts of the whole minibatch
-        assert m.samples == [filled.samples[r] for r in m.rows] and np.array_equal(m.advantages,
-                                                                                   filled.advantages[m.rows])
+        assert m.samples == [filled.samples[r] for r in m.rows]
+        assert np.array_equal(m.advantages, filled.advantages[m.rows])
         assert m.n_seqs == len(m.rows) and m.n_units == sum(len(s.old_logprobs) for s in m.samples)
     assert sorted(rows.tolist()) == list(range(10))
     assert all(len(b) <= (batch_size or 10) for b in batches)

@@ -60,8 +60,8 @@ def test_hgpo_hand_example_length_weighted_levels():
 
 def test_hgpo_alpha_zero_weighs_levels_alike_and_base_group_adds_the_episode():
     adv = hgpo(three_histories(), length_weight_alpha=0.0)
-    assert adv[1] == pytest.approx((10 / 3 + 2.5) / 2, rel=1e-5) and adv[4] == pytest.approx((-5 / 3 - 2.5) / 2,
-                                                                                             rel=1e-5)
+    assert adv[1] == pytest.approx((10 / 3 + 2.5) / 2, rel=1e-5)
+    assert adv[4] == pytest.approx((-5 / 3 - 2.5) / 2, rel=1e-5)
     # base group: Norm_q(Z) = [6.6667, -3.3333, -3.3333] as level k = 0, weight 1
     adv = hgpo(three_histories(), base_group=True)
     assert adv[0] == pytest.approx((20 / 3 + 2 * 5 / 3) / 3, rel=1e-5)

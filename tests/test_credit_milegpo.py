@@ -78,8 +78,8 @@ def test_milestone_and_trap_scores_by_hand():
     w = node_values(graph, ev.weight_plus)
     assert [w["m"], w["a"], w["h"]] == approx([1, 0.611111, 0.238095])
     phi = node_values(graph, ev.phi_plus)
-    assert [phi["m"], phi["a"], phi["h"], phi["s0"], phi["b"], phi["<goal>"]] == approx([1, 0.611111, 0.238095,
-                                                                                         0.122222, 0, 0])
+    assert [phi["m"], phi["a"], phi["h"], phi["s0"], phi["b"], phi["<goal>"]] == approx(
+        [1, 0.611111, 0.238095, 0.122222, 0, 0])
     phi_m = node_values(graph, ev.phi_minus)
     assert [phi_m["b"], phi_m["s0"], phi_m["h"], phi_m["m"]] == approx([1, 0.2, 0.2, 0])
 

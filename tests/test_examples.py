@@ -111,8 +111,8 @@ def test_preset_loads_and_its_env_kwargs_exist(name):
 def test_paper_presets_hold_the_papers_setting(name, env, horizon, prompt_tokens, preset):
     config = resolve_config(name)
     policy, algo = config.policy, config.algo
-    assert (config.env.id, config.env.kwargs["max_episode_steps"], policy.max_prompt_tokens) == (env, horizon,
-                                                                                                 prompt_tokens)
+    shape = (config.env.id, config.env.kwargs["max_episode_steps"], policy.max_prompt_tokens)
+    assert shape == (env, horizon, prompt_tokens)
     assert algo.credit_preset == preset and config.env.kwargs["success_reward"] == 10.0
     assert (policy.model, policy.mode, config.env.n_tasks, config.env.group_size) == (
         "Qwen/Qwen2.5-1.5B-Instruct", "generate", 16, 8)
@@ -182,8 +182,8 @@ def test_plot_trajectory_credit_draws_each_methods_credit_per_step(tmp_path, mon
     expected = credit_of_trajectory(batch, 1, configs=configs)
     bars = [patch.get_height() for patch in ax.patches]
     assert np.allclose(bars, np.concatenate([expected[m] for m in CREDIT_METHODS]))
-    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["GRPO", "RLOO", "GiGPO", "HGPO", "GraphGPO",
-                                                                         "MileGPO"]
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["GRPO", "RLOO", "GiGPO", "HGPO", "GraphGPO", "MileGPO"]
     labels = ax.get_xticklabels()
     assert [label.get_text() for label in labels] == ["0: go a", "1: wait", "2: wait"]
     assert [label.get_color() for label in labels][1:] == ["red", "red"]  # the invalid steps

@@ -122,8 +122,8 @@ def test_a_hung_subprocess_worker_is_restarted(tmp_path: Path) -> None:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                                                                  os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     return subprocess.run([sys.executable, "-m", "milegpo", "train", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 

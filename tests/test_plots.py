@@ -43,8 +43,8 @@ def test_learning_curve_and_credit_plots_are_written(tmp_path: Path) -> None:
 
 
 def test_credit_panels_name_diagnostics_that_milegpo_returns() -> None:
-    batch = StepBatch.from_trajectories([["s0", "a", "b"], ["s0", "c", "c"], ["s0", "a", "c"]], success=[True, False,
-                                                                                                         False])
+    batch = StepBatch.from_trajectories([["s0", "a", "b"], ["s0", "c", "c"], ["s0", "a", "c"]],
+                                        success=[True, False, False])
     diagnostics = compute_credit("milegpo", batch).diagnostics
     missing = [key for key in CREDIT_PANELS if key.removeprefix("credit/") not in diagnostics]
     assert not missing, f"plot panels for diagnostics the credit function does not return: {missing}"

@@ -38,8 +38,8 @@ def test_old_logprobs_match_recomputation(tiny_dir, temperature):
 
 
 def test_sampling_is_seeded_and_greedy_is_deterministic(tiny_dir):
-    runs = [[s.action_ids for s in make_policy(tiny_dir, seed=9).act(["x"] * 3, [INFO] * 3,
-                                                                     [[]] * 3)] for _ in range(2)]
+    runs = [[s.action_ids for s in make_policy(tiny_dir, seed=9).act(["x"] * 3, [INFO] * 3, [[]] * 3)]
+            for _ in range(2)]
     assert runs[0] == runs[1]
     greedy = make_policy(tiny_dir).act(["x"] * 3, [INFO] * 3, [[]] * 3, deterministic=True)
     assert greedy[0].action_ids == greedy[1].action_ids == greedy[2].action_ids

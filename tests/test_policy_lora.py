@@ -46,8 +46,8 @@ def test_only_lora_parameters_train(tiny_dir):
 
 def test_architecture_defaults_and_explicit_targets(tiny_dir, tmp_path):
     gpt2 = make_policy(tiny_model(TEXTS, tmp_path / "g", arch="gpt2"))
-    assert {n.split(".")[-4] for n, p in gpt2.model.named_parameters() if p.requires_grad} == {"c_attn", "c_proj",
-                                                                                               "c_fc"}
+    adapted = {n.split(".")[-4] for n, p in gpt2.model.named_parameters() if p.requires_grad}
+    assert adapted == {"c_attn", "c_proj", "c_fc"}
     only_q = make_policy(tiny_dir, lora={"target_modules": ["q_proj"]})
     assert {n.split(".")[-4] for n, p in only_q.model.named_parameters() if p.requires_grad} == {"q_proj"}
     with pytest.raises(ValueError, match=r"unknown setting\(s\) policy.lora.rank"):

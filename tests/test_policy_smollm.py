@@ -19,8 +19,8 @@ pytestmark = [
 ]
 
 OBS = "You are in the kitchen. You see a countertop 1 with an apple 1, a fridge 1, and a sinkbasin 1."
-INFO = {"task": "go to the fridge", "admissible_commands": ["go to fridge 1", "go to countertop 1", "inventory",
-                                                            "look"]}
+INFO = {"task": "go to the fridge",
+        "admissible_commands": ["go to fridge 1", "go to countertop 1", "inventory", "look"]}
 
 
 @pytest.fixture(scope="module")

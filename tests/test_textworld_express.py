@@ -80,12 +80,12 @@ def test_seed_s_plays_the_s_th_upstream_seed_of_the_split(split, fold, upstream)
 
 
 def test_splits_differ_and_resets_are_reproducible():
-    train, test = TextWorldExpressEnv("cookingworld", split="train"), TextWorldExpressEnv("cookingworld",
-                                                                                          split="eval_ood")
+    train = TextWorldExpressEnv("cookingworld", split="train")
+    test = TextWorldExpressEnv("cookingworld", split="eval_ood")
     first, info = train.reset(seed=4)
     again, info_again = train.reset(seed=4)
-    assert (first, info["state_key"], info["admissible_commands"]) == (again, info_again["state_key"],
-                                                                      info_again["admissible_commands"])
+    assert (first, info["state_key"], info["admissible_commands"]) == (
+        again, info_again["state_key"], info_again["admissible_commands"])
     assert train.reset(seed=4 + train.num_tasks)[0] == first
     assert test.reset(seed=4)[0] != first
 

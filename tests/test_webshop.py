@@ -73,8 +73,8 @@ def test_loads_upstream_layout(tiny_dir):
     catalog = load_catalog(tiny_dir)
     assert [p.asin for p in catalog.products] == [SHIRT, COFFEE]
     shirt, coffee = catalog.by_asin[SHIRT], catalog.by_asin[COFFEE]
-    assert shirt.query == "men's t-shirts" and shirt.options == {"color": ["black", "white"], "size": ["small",
-                                                                                                       "large"]}
+    assert shirt.query == "men's t-shirts"
+    assert shirt.options == {"color": ["black", "white"], "size": ["small", "large"]}
     assert shirt.price_tag == "$15.0" and catalog.prices[SHIRT] == 15.0
     assert coffee.options == {"style": ["dark | roast"]} and coffee.bullet_points == ["Fresh"]
     assert coffee.price_tag == "$8.0 to $12.0" and 8.0 <= catalog.prices[COFFEE] <= 12.0

@@ -150,8 +150,6 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             _init_setup_model=False,
             supported_action_spaces=(spaces.Text,),
         )
-        self.n_epochs = config.n_epochs
-        self.batch_size = config.batch_size
         # seed of the per-iteration task draws; kept in checkpoints so a resumed run sees the same tasks
         self.task_seed_base = int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
         self._iterations = 0
@@ -353,7 +351,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         buffer = self.rollout_buffer
         has_rows = buffer.advantages is not None and len(buffer.advantages) > 0
         # minibatches of the global batch (every rank's rows; just this rollout's with one process)
-        minibatches = (minibatch for _ in range(self.n_epochs if has_rows or self.world.distributed else 0)
+        minibatches = (minibatch for _ in range(self.config.n_epochs if has_rows or self.world.distributed else 0)
                        for minibatch in buffer.get(self._rng, self.config.batch_size, self.config.mini_batch_tokens,
                                                    self.world))
         report = run_update(self.policy, self.optimizer, minibatches, self.update_settings, self.world,
@@ -371,8 +369,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.logger.record("train/skipped_steps", report.skipped)
         self.logger.record("train/skipped_steps_total", self._skipped_steps)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self._last_update_stats = {"update_s": report.seconds, "update_tokens_per_s": tokens / max(report.seconds,
-                                                                                                   1e-9),
+        self._last_update_stats = {"update_s": report.seconds,
+                                   "update_tokens_per_s": tokens / max(report.seconds, 1e-9),
                                    "optimizer_steps": report.steps, "skipped_steps": report.skipped}
         self.logger.record("time/update_s", report.seconds)
         self.logger.record("time/update_tokens_per_s", self._last_update_stats["update_tokens_per_s"])
@@ -381,8 +379,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     def _end_iteration(self) -> None:
         """After the update: callbacks that log (evaluation) add to this iteration's row, the row is
         dumped, then callbacks that save (checkpoints) run, so a checkpoint never precedes its row."""
-        callbacks = [cb for cb in flatten_callbacks(getattr(self, "_callback", None)) if isinstance(cb,
-                                                                                                    IterationCallback)]
+        callbacks = [cb for cb in flatten_callbacks(getattr(self, "_callback", None))
+                     if isinstance(cb, IterationCallback)]
         for cb in callbacks:
             if cb.logs_to_row:
                 cb.on_iteration_end()

@@ -51,8 +51,8 @@ def make_credit_config(method: str, **overrides: Any) -> CreditConfig:
     return config_cls.from_dict(overrides)
 
 
-def compute_credit(method: str, batch: StepBatch, config: CreditConfig | Mapping[str,
-                                                                                 Any] | None = None) -> CreditResult:
+def compute_credit(method: str, batch: StepBatch,
+                   config: CreditConfig | Mapping[str, Any] | None = None) -> CreditResult:
     """Step advantages of ``batch`` (one per row, in row order) under ``method``.
 
     :param method: one of :data:`CREDIT_METHODS`.

@@ -129,9 +129,8 @@ def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | 
         present[row, has] = sizes[groups[has]] > 1
         shared[f"frac_steps_in_shared_groups_k{k}"] = float(present[row].mean()) if n else 0.0
     used = present & (values != 0.0)
-    weights = np.where(used, (np.arange(len(levels) + 1, dtype=np.float64)[:,
-                                                                           None] + 1.0) ** config.length_weight_alpha,
-                       0.0)
+    lengths = np.arange(len(levels) + 1, dtype=np.float64)[:, None] + 1.0
+    weights = np.where(used, lengths ** config.length_weight_alpha, 0.0)
     adv = (weights * values).sum(axis=0) / (weights.sum(axis=0) + config.epsilon)
     episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
     diagnostics = {"method": "hgpo", **common_diagnostics(graph, adv, episode), **shared,

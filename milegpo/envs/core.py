@@ -182,8 +182,8 @@ class TextEnv(gym.Env[str, str]):
             valid = False
         truncated = not terminated and self._elapsed_steps >= self.max_episode_steps
         self._episode_over = terminated or truncated
-        return observation, float(reward), bool(terminated), bool(truncated), self._complete_info(info,
-                                                                                                  valid_action=valid)
+        info = self._complete_info(info, valid_action=valid)
+        return observation, float(reward), bool(terminated), bool(truncated), info
 
     def render(self) -> str | None:
         text = self._observation

@@ -323,8 +323,8 @@ class LLMPolicy(AdapterFilesMixin):
                 return self._evaluate(samples, with_entropy)
         return self._evaluate(samples, with_entropy)
 
-    def _evaluate(self, samples: Sequence[ActionSample], with_entropy: bool) -> tuple[th.Tensor, th.Tensor,
-                                                                                      th.Tensor | None]:
+    def _evaluate(self, samples: Sequence[ActionSample],
+                  with_entropy: bool) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
         device = self.device
         if self.mode == "generate":
             logps, ents = self._logprobs([s.prompt_ids for s in samples], [s.action_ids for s in samples], with_entropy)

@@ -333,8 +333,8 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
     ``batch_tokens`` (rows x padded width of prompt and candidates).
     """
     first: dict[tuple, int] = {}
-    source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i) for i, (p, c) in enumerate(zip(prompts,
-                                                                                                   candidates))]
+    source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i)
+              for i, (p, c) in enumerate(zip(prompts, candidates))]
     order = sorted(first.values(), key=lambda i: len(prompts[i]))
     scores: list[th.Tensor] = [th.empty(0)] * len(prompts)
     packed = supports_packed_candidates(model)
