@@ -196,7 +196,7 @@ def _train_parser(subparsers: Subparsers) -> None:
             default, preset = lookup(defaults, name), lookup(demo, name)
             shown = f"default: {describe_value(default)}" + (
                 f"; {DEMO_PRESET}: {describe_value(preset)}" if preset != default else "")
-            group.add_argument(f"--{name}", dest=name, default=None, metavar=_metavar(kind),
+            group.add_argument(f"--{name}", dest=name, action="append", default=None, metavar=_metavar(kind),
                                help=f"{text} ({shown})".replace("%", "%%"))
     parser.set_defaults(func=run_train)
 
@@ -221,12 +221,17 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
     from milegpo.run.config import DEMO_PRESET, RENAMED, resolve_config
     from milegpo.run_folder import CONFIG_FILE
 
-    overrides = [f"{name}={value}" for name, value in vars(args).items() if "." in name and value is not None]
+    overrides = [f"{name}={value}" for name, values in vars(args).items() if "." in name and values is not None
+                 for value in values]
     for item in args.overrides:
         if "=" not in item:
             hint = f" (the flag --{item.lstrip('-')} is now --{RENAMED[item]})" if item in RENAMED else ""
             raise ValueError(f"unexpected argument {item!r}: overrides are section.field=VALUE{hint}")
         overrides.append(item)
+    names = [item.split("=", 1)[0] for item in overrides]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # the later value would silently win
+        raise ValueError(f"{', '.join(twice)} given more than once on the command line: give each setting once")
     if args.resume:
         if not os.path.isfile(os.path.join(args.resume, CONFIG_FILE)):
             raise FileNotFoundError(f"{args.resume!r} is not a run folder (no {CONFIG_FILE}); pass the folder "

@@ -63,6 +63,8 @@ def test_train_and_eval_refuse_unknown_env_and_missing_run(tmp_path: Path, capsy
     (["algo.learning_rate=abc"], "algo.learning_rate: Value 'abc' of type 'str' could not be converted to Float"),
     (["algo.lr=1"], "algo.lr: unknown setting 'lr'"),
     (["run.device=tpu"], "run.device must be 'auto', 'cpu', 'cuda'"),
+    (["--algo.learning_rate", "1e-3", "algo.learning_rate=1e-2"], "algo.learning_rate given more than once"),
+    (["run.seed=1", "run.seed=2"], "run.seed given more than once"),
 ])
 def test_bad_settings_are_one_error_line_and_leave_no_run_folder(
         flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
