@@ -160,9 +160,7 @@ class TrainConfig:
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """A config from nested plain values; a setting of the flat layout earlier versions wrote
         is refused with its new dotted name."""
-        moved = [f"{key} is now {RENAMED[key]}" for key in values if key in RENAMED and key not in SECTIONS]
-        if moved:
-            raise ValueError("settings moved into sections: " + "; ".join(moved))
+        _refuse_flat_keys(values, "config")
         return from_dict(cls, values)
 
     @classmethod
@@ -288,6 +286,7 @@ def _load_file(path: Path) -> Any:
 
 
 def _refuse_flat_keys(values: Any, where: str) -> None:
+    """``ValueError`` naming the new dotted name of each flat setting of earlier versions in ``values``."""
     if isinstance(values, dict):
         moved = [f"{key} is now {RENAMED[key]}" for key in values if key in RENAMED and key not in SECTIONS]
         if moved:
