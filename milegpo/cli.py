@@ -165,8 +165,8 @@ def _train_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "train", help=f"train an agent (no arguments: the {DEMO_PRESET} preset, MileGPO on milegpo/House-v0 on a CPU)",
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
-        usage="milegpo train [--preset NAME] [--config FILE] [--print-config] [--run-dir DIR] [--resume DIR]\n"
-              "                     [--section.field VALUE | section.field=VALUE ...]",
+        usage="milegpo train [--preset NAME] [--config FILE] [--print-config] [--run-dir DIR]\n"
+              "                     [--resume DIR [--restart]] [--section.field VALUE | section.field=VALUE ...]",
         description="Train MileGPO (or a baseline) and write a run folder with logs, plots and checkpoints.\n\n"
                     "Settings are layered: the defaults (the paper's), then --preset, then --config files, then "
                     "overrides,\ngiven as --section.field VALUE or section.field=VALUE (e.g. algo.learning_rate=1e-5 "
@@ -185,6 +185,9 @@ def _train_parser(subparsers: Subparsers) -> None:
                         help="continue a run from its newest intact checkpoint (its logs are cut back to it); its "
                              "saved config is the base, overrides apply on top (e.g. run.total_timesteps=N to train "
                              "further)")
+    parser.add_argument("--restart", action="store_true",
+                        help="with --resume, when the run has no intact checkpoint: move its logs and checkpoints to "
+                             "RUN_DIR/previous-<time>/ and train it again from the start (nothing is deleted)")
     parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
                         help="console: 0 nothing, 1 one line per iteration (default), 2 every logged value")
@@ -278,7 +281,7 @@ def run_train(args: argparse.Namespace) -> int:
             print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
             return 0
         train(config, run_dir=run_dir, resume=bool(args.resume), progress_bar=not args.no_progress_bar,
-              verbose=args.verbose)
+              verbose=args.verbose, restart=args.restart)
     except (ValueError, FileNotFoundError, ImportError, UnknownEnvError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -356,9 +359,11 @@ def _export_parser(subparsers: Subparsers) -> None:
                     "adapter (PeftModel.from_pretrained(base, OUT)). With --merged: the adapter folded into the "
                     "base weights, a plain model for AutoModelForCausalLM.from_pretrained(OUT) or vllm.LLM(OUT).")
     parser.add_argument("run_dir", help="a folder written by `milegpo train`")
-    parser.add_argument("out", help="the folder to write (must be empty or new)")
+    parser.add_argument("out", help="the folder to write: new, empty, or a previous export (with --overwrite); never "
+                                    "the run folder, a folder around it or inside it")
     parser.add_argument("--merged", action="store_true", help="merge the adapter into the base model")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a previous export in OUT (a folder export wrote; any other folder is refused)")
     parser.set_defaults(func=run_export)
 
 

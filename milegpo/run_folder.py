@@ -17,6 +17,10 @@
       env_errors.log           ENV_ERRORS_FILE: full tracebacks of env failures
       trackers.json            TRACKERS_FILE: W&B / MLflow run ids (a resume continues them)
       learning_curve.png  credit_diagnostics.png  trajectory_credit.png
+      previous-<time>/         PREVIOUS_PREFIX: the logs of a run restarted with --resume RUN --restart
+
+Paths inside the run folder are resolved against the folder itself, never against the working
+directory: a run folder can be moved or copied and used from anywhere.
 
 The columns of ``progress.csv`` (also the TensorBoard / W&B / MLflow scalars), one row per
 iteration:
@@ -39,6 +43,8 @@ iteration:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 CONFIG_FILE = "config.json"
 BASE_MODEL_DIR = "base_model"
 WARM_START_FILE = "warm_start.json"
@@ -55,5 +61,17 @@ LEARNING_CURVE_PNG = "learning_curve.png"
 CREDIT_DIAGNOSTICS_PNG = "credit_diagnostics.png"
 TRAJECTORY_CREDIT_PNG = "trajectory_credit.png"
 
+#: written by ``milegpo export`` into its output: the mark of a folder ``export --overwrite`` may replace
+EXPORT_MARKER = "milegpo_export.json"
+
+#: ``milegpo train --resume RUN --restart`` moves the old logs into ``RUN/previous-<time>/``
+PREVIOUS_PREFIX = "previous-"
+
 #: the JSON-lines logs with an ``iteration`` field per row (cut back on resume)
 JSONL_LOGS = (EVAL_CURVE_FILE, CREDIT_DIAGNOSTICS_FILE)
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` lies strictly inside ``folder`` (both taken as absolute, symlinks resolved)."""
+    path, folder = path.resolve(), folder.resolve()
+    return path != folder and folder in path.parents

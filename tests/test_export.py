@@ -133,7 +133,7 @@ def test_an_adapter_exported_from_a_relative_run_folder_loads_from_anywhere(tmp_
         subprocess.run([sys.executable, "-m", "milegpo", *command], check=True, cwd=work, env=env,
                        stdout=subprocess.DEVNULL, timeout=600)
     base = json.loads((work / "exported" / "adapter_config.json").read_text())["base_model_name_or_path"]
-    assert base == str((work / "run" / "base_model").resolve())
+    assert base == str((work / "exported" / "base_model").resolve())  # the export carries the run's base
     before = os.getcwd()
     os.chdir(elsewhere)
     try:

@@ -89,7 +89,11 @@ def test_a_folder_with_logs_is_resumed_not_overwritten(tmp_path: Path, capsys: p
     run.mkdir()
     (run / "progress.csv").write_text("time/iterations\n0\n")
     assert main(["train", "--run-dir", str(run), "--no-progress-bar"]) == 2
-    assert "--resume" in capsys.readouterr().err and (run / "progress.csv").read_text() == "time/iterations\n0\n"
+    assert "choose a new or empty folder" in capsys.readouterr().err
+    assert (run / "progress.csv").read_text() == "time/iterations\n0\n"
+    (run / "config.json").write_text("{}")
+    assert main(["train", "--run-dir", str(run), "--no-progress-bar"]) == 2
+    assert f"continue it with --resume {run}" in capsys.readouterr().err
 
 
 def test_eval_gives_one_number_per_checkpoint_and_split(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

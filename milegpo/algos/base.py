@@ -410,17 +410,20 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        base_model: str | None = None,
         **kwargs: Any,
     ) -> SelfGroupRL:
         """Load a checkpoint saved by :meth:`save`; training resumes from its counters.
 
         :param env: the vec env to continue training on (None: prediction only).
+        :param base_model: load the adapter onto this base model (a path or hub id) instead of the one
+            the checkpoint names, e.g. after moving the base model; its architecture must match.
         :param kwargs: :class:`~milegpo.config.AlgoConfig` fields to change (e.g. ``learning_rate``).
         Raises :class:`~milegpo.algos.checkpoint.CheckpointError` for a missing, corrupt or
         mismatching checkpoint (other algorithm, other base model, adapter that does not fit).
         """
         return persistence.load_checkpoint(cls, path, None if env is None else cls._checked_env(env), device,
-                                           **kwargs)
+                                           base_model=base_model, **kwargs)
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Sequence[int] | None = None,

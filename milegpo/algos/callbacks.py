@@ -34,7 +34,7 @@ from stable_baselines3.common.callbacks import (
     ProgressBarCallback,
 )
 
-from milegpo.algos.checkpoint import to_builtin
+from milegpo.algos.checkpoint import replaceable, to_builtin
 from milegpo.algos.evaluation import evaluate
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
@@ -120,7 +120,8 @@ class CheckpointCallback(IterationCallback):
                 if p.is_dir() and p.name[len(self.name_prefix) + 1 : -len("_steps")].isdigit()
             )
             for _, old in found[: -self.keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
+                if replaceable(old):  # only this callback's own saves: never a user's folder of that name
+                    shutil.rmtree(old, ignore_errors=True)
 
 
 class EvalCallback(IterationCallback):

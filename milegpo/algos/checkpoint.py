@@ -85,10 +85,23 @@ def _aside(path: Path, tag: str) -> Path:
     return path.parent / f".{path.name}{tag}{uuid.uuid4().hex[:8]}"
 
 
+def replaceable(path: str | os.PathLike) -> bool:
+    """Whether ``path`` may be replaced by a checkpoint: nothing there, or a folder holding only what a
+    checkpoint holds (a corrupt or partial checkpoint included). A user's folder is never replaced."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    return path.is_dir() and all(child.name in (CONFIG_FILE, ADAPTER_DIR, OPTIMIZER_FILE) for child in path.iterdir())
+
+
 def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: Any,
                      optimizer: th.optim.Optimizer) -> Path:
-    """Write a checkpoint directory at ``path`` atomically (see the module docstring)."""
+    """Write a checkpoint directory at ``path`` atomically (see the module docstring). An existing
+    ``path`` is replaced only when it is a checkpoint (:func:`replaceable`); else ``FileExistsError``."""
     path = Path(path)
+    if not replaceable(path):
+        raise FileExistsError(f"{str(path)!r} exists and is not a milegpo checkpoint: save to a new folder "
+                              "(a checkpoint replaces only an earlier checkpoint)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _aside(path, _TMP_TAG)
     try:

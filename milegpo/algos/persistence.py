@@ -44,7 +44,7 @@ def checkpoint_config(model: GroupRLAlgorithm) -> dict[str, Any]:
         "milegpo_version": milegpo.__version__,
         "algorithm": type(model).__name__,
         "algo": to_dict(model.config),
-        "policy": {"class": policy_class, "config": to_dict(model.policy_config)},
+        "policy": {"class": policy_class, "config": to_dict(_with_absolute_model(model.policy_config))},
         "stats_window_size": model._stats_window_size,
         "base_model": base_model_fingerprint(model),
         "counters": dataclasses.asdict(TrainingCounters.of(model)),
@@ -53,12 +53,19 @@ def checkpoint_config(model: GroupRLAlgorithm) -> dict[str, Any]:
     }
 
 
+def _with_absolute_model(config: PolicyConfig) -> PolicyConfig:
+    """A local model path made absolute (a hub id unchanged): the checkpoint loads from any directory."""
+    if config.model is None or not Path(config.model).expanduser().exists():
+        return config
+    return dataclasses.replace(config, model=str(Path(config.model).expanduser().resolve()))
+
+
 def base_model_fingerprint(model: GroupRLAlgorithm) -> dict[str, Any]:
     """What identifies the base model: its name/path and architecture sizes."""
     config = model.policy.model.config
     keys = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
             "intermediate_size", "n_embd", "n_layer")
-    return {"name_or_path": str(model.policy_config.model),
+    return {"name_or_path": str(_with_absolute_model(model.policy_config).model),
             **{k: getattr(config, k) for k in keys if getattr(config, k, None) is not None}}
 
 
@@ -68,10 +75,13 @@ def save_checkpoint(model: GroupRLAlgorithm, path: str | os.PathLike) -> None:
 
 
 def load_checkpoint(cls: type[Model], path: str | os.PathLike, env: GroupedTextVecEnv | None, device: th.device | str,
-                    **overrides: Any) -> Model:
+                    base_model: str | None = None, **overrides: Any) -> Model:
     """A ``cls`` model from the checkpoint at ``path``, ready to resume training where it stopped.
 
     :param env: the vec env to continue training on (None: prediction only).
+    :param base_model: the base model to load the adapter onto instead of the one the checkpoint
+        names (a run folder's own base model after the folder moved); only its architecture must
+        match the saved fingerprint.
     :param overrides: :class:`~milegpo.config.AlgoConfig` fields to change (e.g. ``learning_rate``);
         ``policy_kwargs`` may be given only if equal to the saved policy config.
     Raises :class:`~milegpo.algos.checkpoint.CheckpointError` for a missing, corrupt or
@@ -88,6 +98,10 @@ def load_checkpoint(cls: type[Model], path: str | os.PathLike, env: GroupedTextV
     given = overrides.pop("policy_kwargs", saved_policy)
     if from_dict(PolicyConfig, given, "policy") != saved_policy:
         raise ValueError(f"policy_kwargs differ from the saved policy config: {to_dict(saved_policy)}")
+    saved_fingerprint = dict(config["base_model"])
+    if base_model is not None:
+        saved_policy = dataclasses.replace(saved_policy, model=base_model)
+        saved_fingerprint["name_or_path"] = str(_with_absolute_model(saved_policy).model)
     policy_class: str | type = config["policy"]["class"]
     if policy_class not in cls.policy_aliases:
         module, _, name = str(policy_class).partition(":")
@@ -100,9 +114,9 @@ def load_checkpoint(cls: type[Model], path: str | os.PathLike, env: GroupedTextV
     model._setup_model()
 
     fingerprint = base_model_fingerprint(model)
-    if fingerprint != config["base_model"]:
+    if fingerprint != saved_fingerprint:
         raise ckpt.CheckpointError(
-            f"checkpoint {str(path)!r} was trained on base model {config['base_model']}, "
+            f"checkpoint {str(path)!r} was trained on base model {saved_fingerprint}, "
             f"but the policy loaded {fingerprint}"
         )
     try:

@@ -223,6 +223,10 @@ class TextEnv(gym.Env[str, str]):
         return info
 
 
+#: the roles of chat messages that chat templates know
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
 def _chat_messages(value: object, env_name: str) -> list[dict[str, str]] | None:
     """The opening chat messages an env gave in its reset ``info["messages"]`` (None: it gave none),
     checked: a list of ``{"role", "content"}`` with string values."""
@@ -233,4 +237,8 @@ def _chat_messages(value: object, env_name: str) -> list[dict[str, str]] | None:
             for m in value)):
         raise EnvContractError(f"{env_name}: info['messages'] at reset must be a non-empty list of "
                                f"{{'role': str, 'content': str}} chat messages, got {value!r}")
+    unknown = sorted({m["role"] for m in value} - set(CHAT_ROLES))
+    if unknown:  # a chat template would render it wrongly or fail deep inside the tokenizer
+        raise EnvContractError(f"{env_name}: info['messages'] at reset has the chat role(s) {unknown}: a message's "
+                               f"role is one of {list(CHAT_ROLES)}")
     return [{"role": m["role"], "content": m["content"]} for m in value]

@@ -68,21 +68,25 @@ MAX_SEED = 2**31 - 1
 
 
 class EnvErrorLog:
-    """Env errors of a vec env: counted by message, each distinct one logged as one line.
+    """Env errors of a vec env: counted by kind, each kind logged as one line.
 
-    A warning is logged, and when :attr:`path` is set the occurrence's full traceback is
-    appended to that file, at the 1st, 10th, 100th ... occurrence of an error message: a
-    broken env neither floods the console nor grows the file without bound (a million
-    failures of one kind write 7 tracebacks). :attr:`counts` has every occurrence.
+    A failure's kind is its exception type and the line that raised it (not its message,
+    which may name an id or a time that changes on every call). A warning is logged, and when
+    :attr:`path` is set the occurrence's full traceback is appended to that file, at the 1st,
+    10th, 100th ... occurrence of a kind: a broken env neither floods the console nor grows
+    the file without bound (a million failures of one kind write 7 tracebacks).
+    :attr:`counts` has every occurrence per kind.
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = Path(path) if path is not None else None
         self.counts: Counter[str] = Counter()
 
-    def report(self, env_index: int, message: str, details: str) -> None:
-        self.counts[message] += 1
-        count = self.counts[message]
+    def report(self, env_index: int, message: str, details: str, kind: str | None = None) -> None:
+        """Count one failure of env ``env_index`` (``kind`` defaults to the message itself)."""
+        kind = kind or message
+        self.counts[kind] += 1
+        count = self.counts[kind]
         if not (count == 1 or str(count).strip("0") == "1"):  # 1, 10, 100, ...
             return
         if self.path is not None:
@@ -338,12 +342,12 @@ class GroupedTextVecEnv(VecEnv):
             except EnvWorkerError as exc:
                 message = f"{exc}; the worker was restarted and the episodes it hosted were truncated"
                 self._restart(w)
-                payload = [("error", (message, message))] * len(worker_items)
+                payload = [("error", (message, message, message))] * len(worker_items)
             for (j, *_), (status, value) in zip(worker_items, payload):
                 i = local_to_global[(w, j)]
                 if status == "error":  # report once here, pass the one-line message on
-                    message, details = value
-                    self.errors.report(i, message, details)
+                    message, details, kind = value
+                    self.errors.report(i, message, details, kind)
                     value = message
                 results[i] = (status, value)
         return results

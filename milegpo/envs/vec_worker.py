@@ -17,6 +17,7 @@ pays for numpy, gymnasium and the env itself.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -31,14 +32,23 @@ logger = logging.getLogger(__name__)
 #: The EnvHost methods a worker answers (besides "close").
 COMMANDS = frozenset({"reset", "step", "get_attr", "set_attr", "env_method", "env_is_wrapped"})
 
-#: A per-env result: ``("ok", value)`` or ``("error", (message, details))`` where
-#: ``message`` is ``"ExcType: text"`` and ``details`` the full traceback.
+#: A per-env result: ``("ok", value)`` or ``("error", (message, details, kind))`` where
+#: ``message`` is ``"ExcType: text"``, ``details`` the full traceback and ``kind`` what
+#: identifies the failure across occurrences (:func:`error_kind`).
 Result = tuple[str, Any]
 
 
 def format_exception(exc: BaseException) -> str:
     """``"ExcType: message"``: the text put in ``info["env_error"]``."""
     return f"{type(exc).__name__}: {exc}"
+
+
+def error_kind(exc: BaseException, where: str) -> str:
+    """The exception's type and the line that raised it (``"KeyError in step() at env.py:42"``): the
+    same failure has the same kind even when its message changes on every call (an id, a time)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    place = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__} in {where}(){place}"
 
 
 class EnvHost:
@@ -105,7 +115,7 @@ class EnvHost:
     def _fail(self, i: int, where: str, exc: Exception) -> Result:
         """Mark env ``i`` for a rebuild and return its error result (the parent reports it once)."""
         self._broken[i] = True
-        return ("error", (format_exception(exc), f"in {where}():\n{traceback.format_exc()}"))
+        return ("error", (format_exception(exc), f"in {where}():\n{traceback.format_exc()}", error_kind(exc, where)))
 
     def _rebuild(self, i: int) -> None:
         try:

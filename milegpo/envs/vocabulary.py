@@ -7,8 +7,12 @@ from typing import Any
 from milegpo.envs.core import TextEnv
 from milegpo.envs.registration import make_env
 
+#: episodes of random commands played to collect an env's texts when it has no ``vocabulary()``
+VOCABULARY_EPISODES = 20
 
-def env_vocabulary(env_id: str, env_kwargs: dict[str, Any], episodes: int = 20, seed: int = 0) -> list[str]:
+
+def env_vocabulary(env_id: str, env_kwargs: dict[str, Any], episodes: int = VOCABULARY_EPISODES,
+                   seed: int = 0) -> list[str]:
     """Texts covering what ``env_id`` can print, for building a tiny model's tokenizer.
 
     Uses the env's own ``vocabulary()`` when it has one; otherwise plays random
@@ -21,7 +25,7 @@ def env_vocabulary(env_id: str, env_kwargs: dict[str, Any], episodes: int = 20, 
     except Exception as exc:  # a broken env: one message, as when it breaks during training
         raise ValueError(f"building the tiny model's vocabulary from {env_id}: the env raised "
                          f"{type(exc).__name__}: {exc}. Fix the env, give it a vocabulary() method, or train a "
-                         "real model (--model)") from exc
+                         "real model (policy.model=NAME_OR_PATH)") from exc
     finally:
         env.close()
 

@@ -7,6 +7,8 @@ behind; each failure is one ``ValueError`` (or ``UnknownEnvError``) saying what 
 from __future__ import annotations
 
 import os
+import sys
+import time
 from typing import Any
 
 from milegpo.envs import UnknownEnvError, make_env
@@ -55,13 +57,32 @@ def _check_env(config: TrainConfig) -> None:
             env.close()
 
 
+#: a first reset at least this slow (seconds) is reported with what the run's setup will reset next
+SLOW_RESET_S = 1.0
+
+
+def _resets_before_first_update(env: Any, config: TrainConfig) -> int:
+    """How many env resets come before the first update: vocabulary episodes, evaluation, first batch."""
+    from milegpo.envs.vocabulary import VOCABULARY_EPISODES
+
+    vocabulary = VOCABULARY_EPISODES if config.policy.model is None and not hasattr(env, "vocabulary") else 0
+    evaluation = len(config.eval.splits) * config.eval.n_tasks * config.eval.copies
+    return vocabulary + evaluation + config.env.n_tasks * config.env.group_size
+
+
 def _check_first_state(env: Any, config: TrainConfig, split: str | None) -> None:
     """One reset of the env (task seed 0): it must start, and in choose mode list its commands."""
     where = f"{config.env.id}" + (f" (split {split!r})" if split is not None else "")
+    start = time.perf_counter()
     try:
         _, info = env.reset(seed=0)
     except Exception as exc:
         raise ValueError(f"{where} failed at its first reset: {type(exc).__name__}: {exc}") from None
+    seconds = time.perf_counter() - start
+    if seconds >= SLOW_RESET_S and split == config.env.train_split:
+        print(f"note: one reset of {where} took {seconds:.1f} s; before the first update the run resets it about "
+              f"{_resets_before_first_update(env, config)} times (the tiny model's vocabulary episodes when "
+              "policy.model is null, the untrained policy's evaluation, the first batch)", file=sys.stderr)
     if config.policy.mode == "choose" and not info.get("admissible_commands"):
         raise ValueError(f"{where} lists no admissible commands (info['admissible_commands'] is "
                          f"{info.get('admissible_commands')!r}): mode 'choose' scores them; use policy.mode=generate "

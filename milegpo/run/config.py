@@ -37,7 +37,9 @@ class EnvConfig:
     :param n_tasks: tasks per iteration (a multiple of the number of processes).
     :param group_size: rollouts per task: the group the credit compares (the paper: 8).
     :param subprocess: run the envs in worker processes (slow engines: ALFWorld, WebShop); the only
-        mode with hang and crash protection (a worker silent for 120 s, or dead, is restarted).
+        mode with hang and crash protection (a worker silent for ``worker_timeout_s``, or dead, is restarted).
+    :param worker_timeout_s: seconds an env worker may take to answer one reset or step (of all the envs
+        it hosts) before it is declared hung, killed and restarted (with ``subprocess``).
     """
 
     id: str = "milegpo/House-v0"
@@ -46,6 +48,7 @@ class EnvConfig:
     n_tasks: int = 16
     group_size: int = 8
     subprocess: bool = False
+    worker_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         check_type("env.id", self.id, str, "an env id")
@@ -54,6 +57,7 @@ class EnvConfig:
         check_int("env.n_tasks", self.n_tasks, 1)
         check_int("env.group_size", self.group_size, 1)
         check_type("env.subprocess", self.subprocess, bool, "true or false")
+        check_number("env.worker_timeout_s", self.worker_timeout_s)
 
     def kwargs_for(self, split: str | None) -> dict[str, Any]:
         """The env's constructor arguments for a task split (``split`` added to ``kwargs``; None: none)."""
@@ -155,6 +159,11 @@ class TrainConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        if self.algo.learning_rate == 0:  # the algorithm accepts 0 (a loss without a step); a run would not train
+            raise ValueError("algo.learning_rate must be > 0 for a training run, got 0 (the weights would never "
+                             "change)")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -279,10 +288,18 @@ def _load_file(path: Path) -> Any:
 
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
+    import yaml
+
     try:
         return OmegaConf.create(json.loads(path.read_text())) if path.suffix == ".json" else OmegaConf.load(path)
     except (json.JSONDecodeError, OSError) as exc:
         raise ValueError(f"cannot read config file {str(path)!r}: {exc}") from None
+    except yaml.YAMLError as exc:  # one line: the file, where, and what the parser expected
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"config file {str(path)!r} is not valid YAML ({where.strip() or 'parse error'}: "
+                         f"{problem})") from None
 
 
 def _refuse_flat_keys(values: Any, where: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger, T
 
 from milegpo.algos.console import console_format
 from milegpo.credit.batch import load_step_batch
-from milegpo.run_folder import JSONL_LOGS, LAST_BATCH_FILE, PROGRESS_FILE
+from milegpo.run_folder import BASE_MODEL_DIR, CONFIG_FILE, JSONL_LOGS, LAST_BATCH_FILE, PREVIOUS_PREFIX, PROGRESS_FILE
 
 #: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
 ITERATION_KEY = "time/iterations"
@@ -100,6 +101,39 @@ def rollback_logs(run_dir: str | os.PathLike, iteration: int, last_step: int = -
         last_batch.unlink()
         dropped[LAST_BATCH_FILE] = 1
     return dropped
+
+
+def run_contents(run_dir: str | os.PathLike) -> list[str]:
+    """What a run folder holds beyond its config and base model, one short description each
+    (``progress.csv (12 rows)``, ``checkpoints/corrupt-checkpoint_8_steps``...): what starting the
+    run over would lose. Empty files and folders, and earlier restarts' folders, are not counted."""
+    run_dir = Path(run_dir)
+    found = []
+    for path in sorted(run_dir.iterdir(), key=lambda p: (p.name != PROGRESS_FILE, p.name)) if run_dir.is_dir() else []:
+        if path.name in (CONFIG_FILE, BASE_MODEL_DIR) or path.name.startswith((PREVIOUS_PREFIX, ".")):
+            continue
+        if path.is_dir():
+            found += [f"{path.name}/{child.name}" for child in sorted(path.iterdir())]
+        elif path.stat().st_size:
+            rows = path.read_text().count("\n") - 1 if path.name == PROGRESS_FILE else None
+            found.append(f"{path.name} ({rows} rows)" if rows is not None else path.name)
+    return found
+
+
+def move_logs_aside(run_dir: str | os.PathLike) -> Path:
+    """Move everything of a run folder but its config and base model into a new folder
+    ``previous-<time>/`` inside it (nothing is deleted); returns that folder."""
+    run_dir = Path(run_dir)
+    aside = run_dir / f"{PREVIOUS_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
+    suffix = 1
+    while aside.exists():
+        suffix += 1
+        aside = aside.with_name(f"{PREVIOUS_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
+    aside.mkdir()
+    for path in sorted(run_dir.iterdir()):
+        if path.name not in (CONFIG_FILE, BASE_MODEL_DIR) and not path.name.startswith(PREVIOUS_PREFIX):
+            os.replace(path, aside / path.name)
+    return aside
 
 
 def _batch_iteration(path: Path) -> float:

@@ -89,6 +89,10 @@ def _require(module: str, extra: str) -> Any:
                           f"(or pip install {module if module != 'mlflow' else 'mlflow-skinny'})") from None
 
 
+#: seconds the MLflow store check waits for a tracking server before the run stops
+STORE_CHECK_TIMEOUT_S = 5
+
+
 def check_available(report_to: list[str]) -> None:
     """Before a run starts: ``ImportError`` with the install line when a tracker's package is
     missing, ``ValueError`` when MLflow's tracking store does not answer (one line, what to set)."""
@@ -105,6 +109,11 @@ def _check_mlflow_store() -> None:
     import mlflow
 
     uri = mlflow.get_tracking_uri()
+    # one quick try (MLflow's own settings; the user's values win): a dead server is reported in seconds,
+    # not after MLflow's default 7 retries with back-off (minutes)
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(STORE_CHECK_TIMEOUT_S)}
+    saved = {name: os.environ.get(name) for name in quick}
+    os.environ.update({name: value for name, value in quick.items() if saved[name] is None})
     try:
         mlflow.tracking.MlflowClient().search_experiments(max_results=1)
     except Exception as exc:
@@ -112,6 +121,10 @@ def _check_mlflow_store() -> None:
         raise ValueError(f"run.report_to mlflow: the MLflow tracking store {uri!r} does not work ({first}). Set "
                          "MLFLOW_TRACKING_URI to a store that does (e.g. sqlite:///mlflow.db with SQLAlchemy "
                          "installed: pip install 'milegpo[tracking]', or http://host:5000)") from None
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
 
 
 class WandbOutputFormat(KVWriter):

@@ -47,21 +47,37 @@ from milegpo.run_folder import (
 )
 
 
-def prepare_model(config: TrainConfig, run_dir: Path) -> str:
-    """The model path of the run: ``config.policy.model``, or a tiny model built offline in the run folder."""
+def run_base_model(config: TrainConfig, run_dir: str | Path) -> str:
+    """The base model of a run folder's checkpoints: ``config.policy.model`` (a hub id, or a local path
+    made absolute when the run started), else the folder's own ``base_model/`` wherever the folder is
+    now: a run folder moved or copied, or used from another directory, loads its own base."""
     if config.policy.model is not None:
         return config.policy.model
-    target = run_dir / BASE_MODEL_DIR
-    if (target / "config.json").exists():
-        return str(target)
+    return str((Path(run_dir) / BASE_MODEL_DIR).resolve())
+
+
+def with_absolute_model_path(config: TrainConfig) -> TrainConfig:
+    """``config`` with a local ``policy.model`` path made absolute (a hub id unchanged): the run folder's
+    config then names the same model from any working directory."""
+    model = config.policy.model
+    if model is None or not Path(model).expanduser().exists():
+        return config
+    return config.replace(**{"policy.model": str(Path(model).expanduser().resolve())})
+
+
+def prepare_model(config: TrainConfig, run_dir: Path) -> str:
+    """The model path of the run: ``config.policy.model``, or a tiny model built offline in the run folder."""
+    target = run_base_model(config, run_dir)
+    if config.policy.model is not None or (Path(target) / "config.json").exists():
+        return target
     from milegpo.policies import PROMPT_TEMPLATES, tiny_model
     from milegpo.policies.prompts import HISTORY_HEADER, HISTORY_STEP, INSTRUCTIONS
 
     texts = env_vocabulary(config.env.id, config.env.kwargs_for(config.env.train_split), seed=config.run.seed)
     texts += [*PROMPT_TEMPLATES.values(), HISTORY_HEADER, HISTORY_STEP, *map(str, INSTRUCTIONS.values())]
     tiny = config.run.tiny_model
-    return tiny_model(texts, target, hidden_size=tiny.hidden_size, num_layers=tiny.layers, num_heads=tiny.heads,
-                      seed=config.run.seed)
+    return tiny_model(texts, Path(target), hidden_size=tiny.hidden_size, num_layers=tiny.layers,
+                      num_heads=tiny.heads, seed=config.run.seed)
 
 
 def eval_seed(config: TrainConfig, split: str | None) -> int:
@@ -74,7 +90,8 @@ def _eval_env(config: TrainConfig, split: str | None):
     from milegpo.envs import make_vec_env  # imports SB3 and torch: not at module import
 
     return make_vec_env(config.env.id, n_tasks=config.eval.n_tasks, group_size=config.eval.copies, seed=config.run.seed,
-                        env_kwargs=config.env.kwargs_for(split), subprocess=config.env.subprocess)
+                        env_kwargs=config.env.kwargs_for(split), subprocess=config.env.subprocess,
+                        timeout=config.env.worker_timeout_s)
 
 
 def default_run_dir(config: TrainConfig) -> Path:
@@ -83,7 +100,7 @@ def default_run_dir(config: TrainConfig) -> Path:
 
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool = False, progress_bar: bool = True,
-          verbose: int = 1) -> Path:
+          verbose: int = 1, restart: bool = False) -> Path:
     """Train (or resume) a run and write its folder; returns the folder's path.
 
     Under ``torchrun --nproc_per_node N`` the run is data-parallel: the process group is
@@ -92,26 +109,34 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     run folder, evaluates (held-out evaluation runs on rank 0 while the others wait) and
     checkpoints. A resume may use another number of ranks.
 
-    Raises ``ValueError`` for a bad config (before anything is written),
-    ``FileNotFoundError`` when ``resume`` names no run folder.
+    A new run needs a new or empty ``run_dir``. ``resume`` with no intact checkpoint starts over only
+    when the folder holds nothing to lose; otherwise it stops (:class:`RunFolderError`) unless
+    ``restart`` is set, which moves the old logs and checkpoints into ``run_dir/previous-<time>/``.
+
+    Raises ``ValueError`` for a bad config (before anything is written), :class:`RunFolderError`
+    for a ``run_dir`` that would be overwritten, ``FileNotFoundError`` when ``resume`` names no
+    run folder.
     """
     from milegpo.algos import distributed
     from milegpo.run.checks import check_setup
     from milegpo.run.tracking import check_available
 
+    if restart and not resume:
+        raise ValueError("--restart applies to a resumed run: milegpo train --resume RUN_DIR --restart")
     check_setup(config)
     check_available(config.run.report_to)
+    config = with_absolute_model_path(config)
     owns_group = distributed.launched_by_torchrun() and not distributed.group_initialized()
     world = distributed.init_from_environment(config.run.device)
     try:
-        return _train_ranks(config, world, run_dir, resume, progress_bar, verbose)
+        return _train_ranks(config, world, run_dir, resume, progress_bar, verbose, restart)
     finally:
         if owns_group:  # a rank that exits with its process group alive can abort in gloo's threads
             distributed.shutdown()
 
 
 def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, resume: bool, progress_bar: bool,
-                 verbose: int) -> Path:
+                 verbose: int, restart: bool = False) -> Path:
     """:func:`train` in an initialised world (one process, or this rank of several)."""
     from milegpo.algos import distributed
 
@@ -125,13 +150,21 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     if resume and not (run_dir / CONFIG_FILE).exists():
         raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo "
                                 f"train` wrote")
-    if not resume and (run_dir / PROGRESS_FILE).exists():
-        raise ValueError(f"run folder {str(run_dir)!r} already has logs: continue it with --resume {run_dir}, "
-                         "or choose another --run-dir")
-    if resume and main:
-        _remove_stale_saves(run_dir, verbose)
-    if resume and _finished(run_dir, config, verbose, main):
-        return run_dir
+    if not resume:
+        check_new_run_dir(run_dir)
+    checkpoint = None
+    if resume:
+        if main:
+            _remove_stale_saves(run_dir, verbose)
+        if _finished(run_dir, config, verbose, main):
+            return run_dir
+        refusal = None
+        if main:
+            checkpoint = _latest_intact(run_dir / CHECKPOINTS_DIR)
+            refusal = None if checkpoint is not None else _start_over(run_dir, restart, verbose)
+        checkpoint, refusal = distributed.broadcast_from_main((checkpoint, refusal), world)
+        if refusal is not None:
+            raise RunFolderError(refusal)
 
     from milegpo.envs import make_vec_env
 
@@ -145,15 +178,15 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
         model_path = distributed.broadcast_from_main(model_path if main else None, world)
         env = make_vec_env(config.env.id, n_tasks=config.env.n_tasks // world.size, group_size=config.env.group_size,
                            seed=config.run.seed, env_kwargs=config.env.kwargs_for(config.env.train_split),
-                           subprocess=config.env.subprocess, shard=(world.rank, world.size))
+                           subprocess=config.env.subprocess, shard=(world.rank, world.size),
+                           timeout=config.env.worker_timeout_s)
         env.errors.path = run_dir / ENV_ERRORS_FILE
         device = distributed.rank_device(config.run.device, world)
-        checkpoint = _latest_intact(run_dir / CHECKPOINTS_DIR, verbose) if resume and main else None
-        checkpoint = distributed.broadcast_from_main(checkpoint, world)
         if checkpoint is not None:
             from milegpo.algos import ALGORITHMS
 
-            model = ALGORITHMS[config.algo.method].load(checkpoint, env=env, device=device)
+            model = ALGORITHMS[config.algo.method].load(checkpoint, env=env, device=device,
+                                                        base_model=run_base_model(config, run_dir))
             if verbose:
                 print(f"Resuming from {checkpoint} at {model.num_timesteps} env steps (iteration {model.iterations})")
         else:
@@ -260,7 +293,41 @@ def _remove_stale_saves(run_dir: Path, verbose: int) -> None:
         print(f"Cleaned up {len(done)} checkpoint save(s) a killed run left unfinished: " + "; ".join(done))
 
 
-def _latest_intact(folder: Path, verbose: int) -> str | None:
+class RunFolderError(ValueError):
+    """A run folder that training would overwrite or wipe: the message names what is there and the choices."""
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """A new run writes only into a new or empty folder: never over another run or a user's files."""
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return
+    if (run_dir / CONFIG_FILE).exists():
+        raise RunFolderError(f"{str(run_dir)!r} is already a run folder: continue it with --resume {run_dir}, "
+                             "or choose another --run-dir")
+    what = "a file" if not run_dir.is_dir() else "not empty and no run folder"
+    raise RunFolderError(f"--run-dir {str(run_dir)!r} is {what}: choose a new or empty folder")
+
+
+def _start_over(run_dir: Path, restart: bool, verbose: int) -> str | None:
+    """A resume that found no intact checkpoint: start from scratch when the folder holds nothing to
+    lose, or after ``restart`` moved its contents aside; else the refusal to raise (None: go on)."""
+    from milegpo.run.logs import move_logs_aside, run_contents
+
+    found = run_contents(run_dir)
+    if found and not restart:
+        shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
+        return (f"{run_dir} has no intact checkpoint to resume from (found {shown}); nothing was changed. "
+                f"Train anew with --run-dir NEW_DIR, or start this run over with --resume {run_dir} --restart "
+                f"(its logs and checkpoints move to {run_dir}/previous-<time>/, nothing is deleted)")
+    if found:
+        aside = move_logs_aside(run_dir)
+        print(f"Restarting {run_dir} from scratch: its earlier logs and checkpoints are in {aside}")
+    elif verbose:
+        print(f"{run_dir} has no checkpoint and no logs yet: starting the run from the beginning")
+    return None
+
+
+def _latest_intact(folder: Path) -> str | None:
     """The newest checkpoint of ``folder`` that reads back intact; a corrupt one is moved aside
     to ``corrupt-<name>`` with a warning and the next older one tried. None when there is none."""
     from milegpo.algos.checkpoint import CheckpointError, checkpoints, read_config
@@ -274,8 +341,6 @@ def _latest_intact(folder: Path, verbose: int) -> str | None:
             print(f"warning: {exc}. Moved it to {aside}; trying the next older checkpoint", file=sys.stderr)
             continue
         return str(path)
-    if verbose:
-        print(f"No intact checkpoint in {folder}: starting the run over")
     return None
 
 
@@ -301,7 +366,8 @@ def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = Tru
               f"nothing to do. To train further: milegpo train --resume {run_dir} run.total_timesteps=N (N > "
               f"{counters['num_timesteps']})")
         return True
-    model = ALGORITHMS[config.algo.method].load(run_dir / FINAL_DIR, device=config.run.device)
+    model = ALGORITHMS[config.algo.method].load(run_dir / FINAL_DIR, device=config.run.device,
+                                                base_model=run_base_model(config, run_dir))
     _finish(model, config, run_dir, verbose)
     return True
 
@@ -364,7 +430,8 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
     if checkpoint is None:
         raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet ({FINAL_DIR}/ or "
                                 f"{CHECKPOINTS_DIR}/)")
-    return config, ALGORITHMS[config.algo.method].load(checkpoint, device=config.run.device)
+    return config, ALGORITHMS[config.algo.method].load(checkpoint, device=config.run.device,
+                                                       base_model=run_base_model(config, run_dir))
 
 
 def _has_progress(run_dir: Path) -> bool:
