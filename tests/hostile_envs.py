@@ -73,7 +73,28 @@ class HangOnceEnv(CountingEnv):
         return super()._step(action)
 
 
-for _name in ("Counting", "IntObservation", "NaNReward", "BrokenReset", "BrokenStep", "NoCommands", "HangOnce"):
+class WizardRoleEnv(CountingEnv):
+    """Opens its chat with a role no chat template knows."""
+
+    def _reset(self, seed, options):
+        observation, info = super()._reset(seed, options)
+        return observation, {**info, "messages": [{"role": "wizard", "content": "you shall not pass"}]}
+
+
+class SlowFirstResetEnv(CountingEnv):
+    """Its first reset in a process takes a second (an engine loading its data)."""
+
+    loaded = False
+
+    def _reset(self, seed, options):
+        if not SlowFirstResetEnv.loaded:
+            SlowFirstResetEnv.loaded = True
+            time.sleep(1.0)
+        return super()._reset(seed, options)
+
+
+for _name in ("Counting", "IntObservation", "NaNReward", "BrokenReset", "BrokenStep", "NoCommands", "HangOnce",
+              "WizardRole", "SlowFirstReset"):
     register_env(f"hostile/{_name}-v0", globals()[f"{_name}Env"], max_episode_steps=8)
 
 

@@ -45,6 +45,22 @@ def test_a_nan_reward_is_refused_where_it_enters() -> None:
         env.step("forward")
 
 
+def test_an_unknown_chat_role_is_refused_where_it_enters() -> None:
+    env = make_env("hostile/WizardRole-v0")
+    with pytest.raises(EnvContractError, match=r"WizardRoleEnv: info\['messages'\] at reset has the chat "
+                                               r"role\(s\) \['wizard'\]: a message's role is one of"):
+        env.reset(seed=0)
+
+
+def test_a_slow_first_reset_is_reported_with_what_comes_next(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", f"env.id={HOSTILE}/SlowFirstReset-v0", "env.train_split=null", "eval.splits=[]",
+                 "env.n_tasks=1", "env.group_size=2", "run.total_timesteps=8", "--run-dir", str(tmp_path / "run"),
+                 "--no-progress-bar"]) == 0
+    err = capsys.readouterr().err
+    # 20 vocabulary episodes (no vocabulary() and no model given) + the first batch of 2 envs; no evaluation
+    assert "note: one reset of" in err and "resets it about 22 times" in err
+
+
 @pytest.mark.parametrize("env_id, cause", [("hostile/IntObservation-v0", "observation 5 of type int"),
                                            ("hostile/BrokenReset-v0", "KeyError: 'missing'")])
 def test_training_stops_when_every_env_fails_at_reset(model_path: str, env_id: str, cause: str) -> None:

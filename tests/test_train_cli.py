@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,9 @@ def test_train_and_eval_refuse_unknown_env_and_missing_run(tmp_path: Path, capsy
     (["run.device=tpu"], "run.device must be 'auto', 'cpu', 'cuda'"),
     (["--algo.learning_rate", "1e-3", "algo.learning_rate=1e-2"], "algo.learning_rate given more than once"),
     (["run.seed=1", "run.seed=2"], "run.seed given more than once"),
+    (["algo.learning_rate=0"], "algo.learning_rate must be > 0 for a training run"),
+    (["env.n_tasks=0"], "env.n_tasks must be an integer >= 1, got 0"),
+    (["env.worker_timeout_s=0"], "env.worker_timeout_s must be a number > 0"),
 ])
 def test_bad_settings_are_one_error_line_and_leave_no_run_folder(
         flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -179,3 +183,31 @@ def test_a_flat_config_file_of_earlier_versions_names_the_new_settings(tmp_path:
     assert main(["train", "--config", str(old)]) == 2
     err = capsys.readouterr().err
     assert "learning_rate is now algo.learning_rate" in err and "eval_splits is now eval.splits" in err
+
+
+@pytest.mark.parametrize("text, where", [("env: [1, 2\n", "line 2, column 1"),
+                                         ("env:\n  id: x\n bad: 1\n", "line 3, column 2")])
+def test_a_config_file_that_does_not_parse_is_one_line_naming_where(text: str, where: str, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    assert main(["train", "--config", str(bad), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"config file {str(bad)!r} is not valid YAML ({where}:" in err, err
+
+
+def test_a_dead_mlflow_server_is_reported_in_seconds(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
+    env.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
+    # MLflow's own retries with back-off would take minutes: the check makes one quick try
+    result = subprocess.run([sys.executable, "-m", "milegpo", "train", "run.report_to=[mlflow]", "--run-dir",
+                             str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=90)
+    assert result.returncode == 2 and f"the MLflow tracking store 'http://127.0.0.1:{port}' does not work" in result.stderr
+    assert not (tmp_path / "run").exists()
