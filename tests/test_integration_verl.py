@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -36,27 +37,39 @@ PENALTY = 0.1
 RESPONSE_LENGTH = 7
 
 
-def verl_agent_batch(episodes=EPISODES, inactive_rows: int = 0) -> DataProto:
+def text_anchor(state: str) -> str:
+    return f"Observation: {state}"
+
+
+def verl_agent_batch(episodes=EPISODES, inactive_rows: int = 0, anchor_of=text_anchor,
+                     collated: bool = False) -> DataProto:
     """The rows verl-agent's rollout loop gathers: env by env, each trajectory's steps in order,
-    reply lengths varying; ``inactive_rows`` padding rows with active_masks False at the end."""
+    reply lengths varying; ``inactive_rows`` padding rows with active_masks False at the end.
+    ``anchor_of`` makes each state's anchor observation; ``collated``: the anchor column as
+    verl-agent's collate_fn builds it (``np.array(anchors, dtype=object)``, one axis per array axis
+    when the anchors are arrays of one shape), else one object per row."""
     uid, traj, anchor, rewards, valid, lengths = [], [], [], [], [], []
     for i, (task, states, rews, oks) in enumerate(episodes):
         for t, (state, reward, ok) in enumerate(zip(states, rews, oks)):
             uid.append(f"task-{task}")
             traj.append(f"traj-{i}")
-            anchor.append(f"Observation: {state}")
+            anchor.append(anchor_of(state))
             rewards.append(float(reward))
             valid.append(ok)
             lengths.append(1 + (3 * i + t) % RESPONSE_LENGTH)
     active = [True] * len(uid) + [False] * inactive_rows
     for _ in range(inactive_rows):
-        uid.append("task-A"), traj.append("padding"), anchor.append("x"), rewards.append(0.0), valid.append(True)
-        lengths.append(3)
+        uid.append("task-A"), traj.append("padding"), anchor.append(anchor_of("x")), rewards.append(0.0)
+        valid.append(True), lengths.append(3)
     mask = torch.zeros(len(uid), RESPONSE_LENGTH)
     for row, n in enumerate(lengths):
         mask[row, :n] = 1
+    anchors = np.empty(len(anchor), dtype=object)
+    for row, value in enumerate(anchor):
+        anchors[row] = value
     non_tensors = {"uid": np.array(uid, dtype=object), "traj_uid": np.array(traj, dtype=object),
-                   "anchor_obs": np.array(anchor, dtype=object), "rewards": np.array(rewards, dtype=np.float32),
+                   "anchor_obs": np.array(anchor, dtype=object) if collated else anchors,
+                   "rewards": np.array(rewards, dtype=np.float32),
                    "is_action_valid": np.array(valid), "active_masks": np.array(active)}
     prompts = torch.ones(len(uid), 4, dtype=torch.long)
     tensors = {"prompts": prompts, "responses": torch.ones(len(uid), RESPONSE_LENGTH, dtype=torch.long),
@@ -68,7 +81,7 @@ def verl_agent_batch(episodes=EPISODES, inactive_rows: int = 0) -> DataProto:
 
 
 def our_batch(episodes=EPISODES) -> StepBatch:
-    """The same episodes as milegpo's own trainer records them (rewards include the penalty)."""
+    """The same episodes as milegpo's own trainer records them (rewards, and so outcomes, include the penalty)."""
     tasks = sorted({task for task, *_ in episodes})
     states, success, task_ids, rewards, valid = [], [], [], [], []
     for task, keys, rews, oks in episodes:
@@ -79,8 +92,7 @@ def our_batch(episodes=EPISODES) -> StepBatch:
         task_ids.append(tasks.index(task))
         rewards.append([r - PENALTY * (not ok) for r, ok in zip(rews, oks)])
         valid.append(oks)
-    return StepBatch.from_trajectories(states, success, task_ids=task_ids, rewards=rewards, valid=valid,
-                                       outcomes=[float(sum(r)) for _, _, r, _ in episodes])
+    return StepBatch.from_trajectories(states, success, task_ids=task_ids, rewards=rewards, valid=valid)
 
 
 def row_values(advantages: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
@@ -277,6 +289,11 @@ def test_milegpo_keys_reach_the_credit_config() -> None:
     (trainer_config("milegpo", use_kl_in_reward=True), "use_kl_in_reward"),
     (trainer_config("milegpo", gigpo={"enable_similarity": True}), "enable_similarity"),
     (trainer_config("gigpo"), "not a milegpo estimator"),
+    (trainer_config("milegpo", {"eta": "abc"}), "algorithm.milegpo.eta must be a number, got 'abc'"),
+    (trainer_config("milegpo", {"upstream_exact": "yes"}), "algorithm.milegpo.upstream_exact must be true or false"),
+    (trainer_config("milegpo", {"success_reward": "ten"}), "algorithm.milegpo.success_reward must be a number"),
+    (trainer_config("milegpo.gigpo", gamma="high"), "algorithm.gamma must be a number, got 'high'"),
+    (trainer_config("milegpo.gigpo", gigpo={"step_advantage_w": "x"}), "algorithm.gigpo.step_advantage_w must be"),
 ])
 def test_keys_that_cannot_be_honoured_are_refused(config, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -339,35 +356,6 @@ def test_the_trainer_constructor_reads_the_settings_and_passes_the_estimator_che
         Checked(trainer_config("milegpo", {"etaa": 1}))
 
 
-def test_the_estimator_is_installed_inside_ray_workers() -> None:
-    # verl-agent builds its trainer inside a Ray actor (TaskRunner): the setup hook that main_ppo registers
-    # in the runtime env installs the estimator there, with no call in the actor's code
-    ray = pytest.importorskip("ray")
-    from milegpo.integrations.verl.main_ppo import HOOK_OVERRIDE
-
-    hook = HOOK_OVERRIDE.split("=", 1)[1]
-    ray.init(num_cpus=1, include_dashboard=False, runtime_env={"worker_process_setup_hook": hook},
-             log_to_driver=False)
-    try:
-        @ray.remote
-        class TaskRunner:
-            def run(self, data):
-                import verl.trainer.ppo.ray_trainer as ray_trainer
-
-                from milegpo.integrations.verl import configure, settings_from_config
-
-                assert hasattr(ray_trainer.compute_advantage, "__milegpo_original__")
-                assert hasattr(ray_trainer.RayPPOTrainer.__init__, "__milegpo_original__")
-                configure(settings_from_config({"algorithm": {"adv_estimator": "milegpo"}}), "milegpo")
-                return ray_trainer.compute_advantage(data, "milegpo").batch["advantages"]
-
-        advantages = ray.get(TaskRunner.remote().run.remote(verl_agent_batch()), timeout=300)
-    finally:
-        ray.shutdown()
-    want = compute_credit("milegpo", our_batch()).advantages
-    assert row_values(advantages, verl_agent_batch().batch["response_mask"]) == pytest.approx(want, abs=1e-6)
-
-
 def test_the_integration_imports_no_trainer_stack() -> None:
     # a verl-agent environment has its own torch/transformers: importing the adapter pulls in neither
     code = ("import sys, milegpo.integrations.verl; "
@@ -382,3 +370,357 @@ def test_a_batch_of_only_inactive_rows_gets_zero_advantages() -> None:
     data.non_tensor_batch["active_masks"][:] = False
     advantages, _, credit = milegpo_verl.compute_step_advantage(data, "milegpo")
     assert torch.all(advantages == 0) and credit.diagnostics["num_steps"] == 0
+
+
+# ---- anchors keyed by content -------------------------------------------------------------------------------
+
+def image_anchor(state: str) -> np.ndarray:
+    """A float image per state (3 x 4 x 4), as vector and image env managers give their anchor."""
+    seed = sum(map(ord, state))
+    return np.random.default_rng(seed).random((3, 4, 4), dtype=np.float32)
+
+
+ANCHOR_KINDS = {
+    "float32 image": (image_anchor, False),
+    "float32 image, collated": (image_anchor, True),
+    "uint8 image": (lambda s: (image_anchor(s) * 255).astype(np.uint8), False),
+    "torch tensor": (lambda s: torch.from_numpy(image_anchor(s)), False),
+    # what verl-agent's rollout loop makes of a torch anchor: torch_to_numpy(x, is_object=True), a float object array
+    "torch as object array": (lambda s: image_anchor(s).astype(object), False),
+    "bytes": (lambda s: s.encode(), False),
+    "list": (lambda s: [s, len(s)], False),
+    "dict": (lambda s: {"room": s, "inventory": ("key",)}, False),
+}
+
+
+@pytest.mark.parametrize("kind", ANCHOR_KINDS)
+@pytest.mark.parametrize("method", CREDIT_METHODS)
+def test_anchors_of_every_kind_group_as_the_text_ones(method: str, kind: str) -> None:
+    # every state is one array (or value) per state: the credit must be the text anchors' credit, step groups included
+    anchor_of, collated = ANCHOR_KINDS[kind]
+    text = verl_agent_batch()
+    other = verl_agent_batch(anchor_of=anchor_of, collated=collated)
+    want, _, want_credit = milegpo_verl.compute_step_advantage(text, method)
+    got, _, credit = milegpo_verl.compute_step_advantage(other, method)
+    assert torch.equal(got, want)
+    assert credit.diagnostics.get("num_step_groups") == want_credit.diagnostics.get("num_step_groups")
+
+
+def upstream_hashable(x):
+    """verl-agent's gigpo/core_gigpo.py ``to_hashable``, as read (the key its build_step_group groups by)."""
+    if isinstance(x, (int, float, str, bool)):
+        return x
+    if isinstance(x, (np.integer, np.floating)):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return tuple(x.flatten())
+    if isinstance(x, (list, tuple)):
+        return tuple(upstream_hashable(e) for e in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, upstream_hashable(v)) for k, v in x.items()))
+    raise TypeError(f"Unsupported type: {type(x)}")
+
+
+def partition(keys) -> list[list[int]]:
+    groups: dict = {}
+    for row, key in enumerate(keys):
+        groups.setdefault(key, []).append(row)
+    return sorted(groups.values())
+
+
+def test_anchor_keys_group_rows_as_verl_agent_does() -> None:
+    image = image_anchor("s")
+    values = [
+        image, image.copy(), image.astype(np.float64), image.astype(object), image.reshape(-1), image + 1,
+        np.zeros(4), -np.zeros(4), np.zeros(4, dtype=np.uint8), np.zeros(4, dtype=bool), np.ones(4),
+        np.array([1.5, 2.5]), np.array([1.5, 2.5], dtype=object),
+        np.array(["a", "b"]), np.array(["a", "b"], dtype=object),
+        "s", np.str_("s"), 3, 3.0, np.int64(3), True, [1, "a"], ("a", [1, 2]), ["a", [1, 2]],
+        {"a": 1, "b": np.array([1.0])}, {"b": np.array([1.0]), "a": 1},
+    ]
+    assert partition(milegpo_verl.anchor_key(v, row) for row, v in enumerate(values)) == \
+        partition(upstream_hashable(v) for v in values)
+    # kinds verl-agent's grouping refuses but an env may hand over: keyed by content too
+    tensor = torch.from_numpy(image)
+    key = milegpo_verl.anchor_key
+    assert key(tensor, 0) == key(image, 1) != key(tensor + 1, 2)
+    assert milegpo_verl.anchor_key(b"\x00\x01", 0) == milegpo_verl.anchor_key(bytes([0, 1]), 1)
+    # NaN equals nothing (verl-agent: each such step is a group of its own), not even an identical array
+    nan = np.array([np.nan, 1.0])
+    assert milegpo_verl.anchor_key(nan, 0) != milegpo_verl.anchor_key(nan.copy(), 1)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (None, "non_tensor_batch\\['anchor_obs'\\] is None at row 4"),
+    ({1, 2}, "non_tensor_batch\\['anchor_obs'\\] at row 4 is a set"),
+    (object(), "non_tensor_batch\\['anchor_obs'\\] at row 4 is a object, which compares by identity"),
+])
+def test_a_none_or_identity_anchor_is_refused_naming_row_and_column(bad, message: str) -> None:
+    data = verl_agent_batch()
+    data.non_tensor_batch["anchor_obs"][4] = bad
+    with pytest.raises(ValueError, match=message):
+        milegpo_verl.compute_step_advantage(data, "gigpo")
+
+
+def test_copies_of_a_nan_anchored_step_are_still_one_step() -> None:
+    data = verl_agent_batch(anchor_of=image_anchor)
+    data.non_tensor_batch["anchor_obs"][4] = np.array([np.nan, 1.0])
+    shuffled, source = balanced_and_padded(data, world_size=4, seed=1)
+    want = row_values(milegpo_verl.compute_step_advantage(data, "gigpo")[0], data.batch["response_mask"])
+    got = row_values(milegpo_verl.compute_step_advantage(shuffled, "gigpo")[0], shuffled.batch["response_mask"])
+    assert np.abs(got - want[source]).max() <= 1e-6
+
+
+# ---- upstream_exact GiGPO against verl-agent's arithmetic ----------------------------------------------------
+
+def verl_agent_gigpo_reference(data: DataProto, gamma: float, penalty: float, mode: str, step_w: float,
+                               epsilon: float = 1e-6) -> np.ndarray:
+    """verl-agent's GiGPO advantage per row of an in-order, copy-free step batch, in float32 as its trainer
+    computes it (gigpo/core_gigpo.py and ray_trainer.py's apply_invalid_action_penalty, read and restated):
+
+    * step reward of a row: the discounted env-reward-to-go of its trajectory (compute_step_discounted_returns),
+      then minus the penalty if that row's action was invalid;
+    * episode score of a row: its trajectory's env-reward total (episode_rewards), minus that row's penalty;
+    * episode term: the score minus the mean over all rows of the task (divided by the unbiased std + eps in
+      mean_std_norm); step term: the same over the rows of the task sharing the anchor (to_hashable) key;
+    * advantage: episode term + step_advantage_w * step term.
+    """
+    columns = data.non_tensor_batch
+    uid, traj, anchors = columns["uid"], columns["traj_uid"], columns["anchor_obs"]
+    rewards = columns["rewards"].astype(np.float32)
+    penalties = np.where(columns["is_action_valid"], 0.0, penalty).astype(np.float32)
+    returns = np.zeros(len(uid), dtype=np.float32)
+    scores = np.zeros(len(uid), dtype=np.float32)
+    for t in np.unique(traj):
+        rows = np.flatnonzero(traj == t)
+        running = np.float32(0.0)
+        for row in rows[::-1]:
+            running = rewards[row] + np.float32(gamma) * running
+            returns[row] = running
+        scores[rows] = np.sum(rewards[rows], dtype=np.float32)
+    returns, scores = returns - penalties, scores - penalties
+
+    def centred(values: np.ndarray, keys: list) -> np.ndarray:
+        out = np.zeros_like(values)
+        for rows in partition(keys):
+            group = values[rows]
+            spread = np.float32(group.std(ddof=1)) if len(rows) > 1 else np.float32(1.0)
+            out[rows] = group - group.mean(dtype=np.float32)
+            if mode == "mean_std_norm":
+                out[rows] /= spread + np.float32(epsilon)
+        return out
+
+    episode = centred(scores, list(uid))
+    step = centred(returns, [(u, upstream_hashable(a)) for u, a in zip(uid, anchors)])
+    return episode + np.float32(step_w) * step
+
+
+def reward_shaped_episodes(shape: str, seed: int) -> list:
+    """Three tasks of four trajectories each over a small state space (so anchor states repeat), 20 % invalid
+    actions, with rewards of one of verl-agent's env shapes:
+
+    * sokoban: -0.1 every step, an invalid one included, +1 for a box pushed on target, +10 when solved;
+    * shaped: a positive progress reward on most steps;
+    * negative: sparse negative rewards only (a trap, a timeout cost);
+    * sparse: 10 at the last step of a success, else 0 (ALFWorld, WebShop).
+    """
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for task in "ABC":
+        for _ in range(4):
+            length = int(rng.integers(2, 8))
+            states = [f"{task}0"] + [f"{task}{rng.integers(1, 4)}" for _ in range(length - 1)]
+            valid = (rng.random(length) > 0.2).tolist()
+            won = bool(rng.random() < 0.4)
+            if shape == "sokoban":
+                rewards = -0.1 + (rng.random(length) < 0.2) * 1.0
+                rewards[-1] += 10.0 * won
+            elif shape == "shaped":
+                rewards = rng.random(length) * (rng.random(length) < 0.8)
+            elif shape == "negative":
+                rewards = -rng.random(length) * (rng.random(length) < 0.3)
+            else:
+                rewards = np.zeros(length)
+                rewards[-1] = 10.0 * won
+            episodes.append((task, states, rewards.tolist(), valid))
+    return episodes
+
+
+#: the largest |ours - verl-agent's| seen over every reward shape and setting below (read by the closing note)
+UPSTREAM_GIGPO_GAP: list[float] = []
+
+
+@pytest.mark.parametrize("shape", ["sokoban", "shaped", "negative", "sparse"])
+@pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
+def test_upstream_exact_gigpo_is_verl_agents_for_every_reward_shape(shape: str, mode: str) -> None:
+    for seed, (gamma, penalty, step_w) in enumerate([(0.95, 0.1, 1.0), (1.0, 0.0, 0.5), (0.9, 0.5, 1.0)]):
+        data = verl_agent_batch(reward_shaped_episodes(shape, seed), anchor_of=image_anchor)
+        config = trainer_config("milegpo.gigpo", {"upstream_exact": True}, gamma=gamma,
+                                gigpo={"step_advantage_w": step_w, "mode": mode, "enable_similarity": False})
+        config.actor_rollout_ref.actor.invalid_action_penalty_coef = penalty
+        got = advantages_under(config, data)
+        want = verl_agent_gigpo_reference(data, gamma, penalty, mode, step_w)
+        gap = float(np.abs(got - want).max())
+        UPSTREAM_GIGPO_GAP.append(gap)
+        assert gap <= 1e-5, (shape, mode, seed, gap)
+        assert np.abs(want).max() > 0.05
+
+
+def test_other_methods_refuse_upstream_exact_when_an_invalid_step_earns_a_reward() -> None:
+    data = verl_agent_batch(reward_shaped_episodes("sokoban", 0))
+    with pytest.raises(ValueError, match="upstream_exact=True for 'grpo'.*invalid action that earned an env reward"):
+        milegpo_verl.compute_step_advantage(data, "grpo", {"upstream_exact": True})
+    milegpo_verl.compute_step_advantage(data, "grpo")  # the default mode takes such rewards: they add up
+
+
+# ---- verl-agent's penalty keys: honoured by every method --------------------------------------------------------
+
+def with_penalty(config: DictConfig, use: bool, coef: float = PENALTY) -> DictConfig:
+    config = config.copy()
+    config.actor_rollout_ref.actor.use_invalid_action_penalty = use
+    config.actor_rollout_ref.actor.invalid_action_penalty_coef = coef
+    return config
+
+
+@pytest.mark.parametrize("method", CREDIT_METHODS)
+@pytest.mark.parametrize("upstream_exact", [False, True])
+def test_the_penalty_keys_change_every_methods_credit(method: str, upstream_exact: bool) -> None:
+    # the penalty is a reward of the invalid step: it lowers the trajectory's outcome (every method's episode
+    # term) and, for the methods that read step rewards, that step's reward; upstream_exact: verl-agent's rows
+    config = trainer_config(f"milegpo.{method}", {"upstream_exact": upstream_exact})
+    off = advantages_under(with_penalty(config, use=False))
+    on = advantages_under(with_penalty(config, use=True))
+    assert not np.allclose(on, off)
+    assert not np.allclose(on, advantages_under(with_penalty(config, use=True, coef=1.0)))
+    assert np.array_equal(off, advantages_under(with_penalty(config, use=True, coef=0.0)))
+
+
+@pytest.mark.parametrize("estimator, key, value", [
+    ("milegpo", "gamma", 0.95), ("graphgpo", "gigpo", {"mode": "mean_std_norm"}),
+    ("milegpo.grpo", "gigpo", {"step_advantage_w": 0.5}), ("hgpo", "norm_adv_by_std_in_grpo", False),
+])
+def test_verl_agent_keys_a_method_does_not_read_are_refused_off_their_default(estimator: str, key: str, value) -> None:
+    with pytest.raises(ValueError, match=f"has no effect on '{estimator}'"):
+        milegpo_verl.settings_from_config(trainer_config(estimator, **{key: value}))
+    milegpo_verl.settings_from_config(trainer_config(estimator))  # verl-agent's defaults pass
+
+
+def test_a_negative_penalty_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid_action_penalty_coef must be a finite number >= 0"):
+        milegpo_verl.settings_from_config(with_penalty(trainer_config("milegpo"), use=True, coef=-0.1))
+
+
+# ---- the estimator name: milegpo asked for, another one set ------------------------------------------------------
+
+def checked_trainer(ray_trainer, milegpo_only: bool):
+    """A subclass of verl's RayPPOTrainer whose own constructor only records the estimator it is shown,
+    with milegpo's constructor patch installed over it."""
+    from milegpo.integrations.verl.install import _patched_trainer_init, _swap
+
+    class Checked(ray_trainer.RayPPOTrainer):
+        def __init__(self, config):
+            self.shown = config.algorithm.adv_estimator
+
+    _swap(Checked, "__init__", lambda original: _patched_trainer_init(original, milegpo_only))
+    return Checked
+
+
+def test_milegpo_keys_under_another_estimator_stop_the_trainer(installed_trainer_module) -> None:
+    ray_trainer, _ = installed_trainer_module
+    trainer = checked_trainer(ray_trainer, milegpo_only=False)
+    with pytest.raises(ValueError, match="adv_estimator='gigpo' is not a milegpo estimator, but "
+                                         "algorithm.milegpo.preset='alfworld' is set"):
+        trainer(trainer_config("gigpo", {"preset": "alfworld"}))
+    assert trainer(trainer_config("gigpo")).shown == "gigpo"  # verl-agent's own run, untouched
+
+
+def test_the_entry_point_accepts_only_milegpos_estimators(installed_trainer_module) -> None:
+    from milegpo.integrations.verl.main_ppo import refuse_estimator_given_twice
+
+    ray_trainer, _ = installed_trainer_module
+    trainer = checked_trainer(ray_trainer, milegpo_only=True)
+    with pytest.raises(ValueError, match="adv_estimator='gigpo' reached milegpo's entry point"):
+        trainer(trainer_config("gigpo"))
+    assert trainer(trainer_config("milegpo")).shown == "grpo"
+    # the docs' line followed by a run_*.sh script's own: refused before anything starts, both values named
+    with pytest.raises(SystemExit, match="given 2 times.*'milegpo', 'gigpo'"):
+        refuse_estimator_given_twice(["algorithm.adv_estimator=milegpo", "data.x=1", "algorithm.adv_estimator=gigpo"])
+    refuse_estimator_given_twice(["algorithm.adv_estimator=milegpo", "+algorithm.milegpo.eta=0.5", "--cfg", "job"])
+
+
+# ---- the entry point: hydra flags, the user's setup hook, a light hook ------------------------------------------
+
+def test_trailing_hydra_flags_pass_through_the_entry_point(tmp_path) -> None:
+    # `--cfg job` after the overrides: verl-agent's main_ppo prints the config and exits 0; so must ours
+    run = subprocess.run([sys.executable, "-m", "milegpo.integrations.verl.main_ppo", "algorithm.adv_estimator=milegpo",
+                          "+algorithm.milegpo.eta=0.5", "--cfg", "job"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "adv_estimator: milegpo" in run.stdout and "eta: 0.5" in run.stdout
+
+
+def test_the_users_setup_hook_is_kept() -> None:
+    from milegpo.integrations.verl.hook import HOOK, USER_HOOK_ENV, setup_worker
+    from milegpo.integrations.verl.main_ppo import runtime_env_with_hook
+
+    theirs = runtime_env_with_hook({"worker_process_setup_hook": "my_project.setup", "env_vars": {"A": "1"}})
+    assert theirs == {"worker_process_setup_hook": setup_worker,
+                      "env_vars": {"A": "1", USER_HOOK_ENV: "my_project.setup"}}
+    assert runtime_env_with_hook({"worker_process_setup_hook": HOOK}) == {"worker_process_setup_hook": setup_worker}
+    with pytest.raises(TypeError, match="import path"):
+        runtime_env_with_hook({"worker_process_setup_hook": print})
+
+
+def test_the_setup_hook_is_light_and_the_task_runner_still_resolves_the_estimator() -> None:
+    # a plain worker under the entry point's hook imports nothing of verl (nor milegpo) and starts about as fast as
+    # one without it; the user's own hook (here gc.disable) runs too; a TaskRunner-shaped actor importing the
+    # trainer gets it patched
+    ray = pytest.importorskip("ray")
+    from milegpo.integrations.verl.main_ppo import runtime_env_with_hook
+
+    @ray.remote(num_cpus=0)
+    class Plain:
+        def report(self):
+            import gc
+
+            return sorted(m for m in sys.modules if m.startswith(("verl", "milegpo"))), gc.isenabled()
+
+    @ray.remote(num_cpus=0)
+    class TaskRunner:
+        def run(self, data):
+            import verl.trainer.ppo.ray_trainer as ray_trainer
+
+            from milegpo.integrations.verl import configure, settings_from_config
+
+            assert hasattr(ray_trainer.RayPPOTrainer.__init__, "__milegpo_original__")
+            configure(settings_from_config({"algorithm": {"adv_estimator": "milegpo"}}), "milegpo")
+            return ray_trainer.compute_advantage(data, "milegpo").batch["advantages"]
+
+    def start_times(runtime_env: dict) -> tuple[list[float], list]:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
+                 _system_config={"enable_worker_prestart": False})
+        times, reports = [], []
+        try:
+            for _ in range(3):
+                start = time.perf_counter()
+                actor = Plain.remote()
+                reports.append(ray.get(actor.report.remote(), timeout=120))
+                times.append(time.perf_counter() - start)
+                ray.kill(actor)
+            if "worker_process_setup_hook" in runtime_env:
+                reports.append(ray.get(TaskRunner.remote().run.remote(verl_agent_batch()), timeout=300))
+        finally:
+            ray.shutdown()
+        return times, reports
+
+    # both under the runtime env verl-agent's main_ppo always sets (its env_vars): any non-empty runtime env costs
+    # a Ray worker ~0.25 s more to start, hook or not (benchmarks/results/verl_setup_hook.md)
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    verl_env = dict(get_ppo_ray_runtime_env())
+    plain, _ = start_times(verl_env)
+    hooked, reports = start_times(runtime_env_with_hook({**verl_env, "worker_process_setup_hook": "gc.disable"}))
+    assert all(report == ([], False) for report in reports[:-1])
+    want = compute_credit("milegpo", our_batch()).advantages
+    assert row_values(reports[-1], verl_agent_batch().batch["response_mask"]) == pytest.approx(want, abs=1e-6)
+    assert np.median(hooked) <= 1.5 * np.median(plain), (hooked, plain)

@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from milegpo.credit import CreditConfig, CreditResult, compute_credit, make_credit_config
+import numpy as np
+
+from milegpo.credit import CreditConfig, CreditResult, GiGPOConfig, StepBatch, compute_credit, make_credit_config
+from milegpo.integrations.verl.exact import verl_agent_gigpo
 from milegpo.integrations.verl.settings import ESTIMATORS, EstimatorSettings
 from milegpo.integrations.verl.steps import StepRows, SuccessRule, step_batch_from_verl
 
@@ -45,7 +48,7 @@ def compute_step_advantage(
     batch, row_map = step_batch_from_verl(data, success=success, invalid_action_penalty=invalid_action_penalty)
     if config is None or isinstance(config, Mapping):
         config = make_credit_config(method, **dict(config or {}))
-    credit = compute_credit(method, batch, config)
+    credit = _credit(method, batch, config, invalid_action_penalty)
     mask = data.batch["response_mask"]
     per_row = torch.zeros(mask.shape[0], dtype=torch.float32, device=mask.device)
     kept = row_map >= 0  # inactive rows keep 0; a copied row reads its step's value
@@ -53,6 +56,27 @@ def compute_step_advantage(
         credit.advantages[row_map[kept]], dtype=torch.float32, device=mask.device)
     advantages = per_row.unsqueeze(-1) * mask.to(torch.float32)
     return advantages, advantages.clone(), credit
+
+
+def _credit(method: str, batch: StepBatch, config: CreditConfig, invalid_action_penalty: float) -> CreditResult:
+    """The credit of ``batch``; with ``upstream_exact``, GiGPO is verl-agent's own arithmetic
+    (:func:`~milegpo.integrations.verl.exact.verl_agent_gigpo`), whatever the env pays on invalid steps.
+
+    The other methods' ``upstream_exact`` statistics assume an invalid step earns no env
+    reward; a batch where one does is refused rather than given an episode term that is off.
+    """
+    if not config.upstream_exact or batch.num_steps == 0:
+        return compute_credit(method, batch, config)
+    if isinstance(config, GiGPOConfig):
+        return verl_agent_gigpo(batch, config, invalid_action_penalty)
+    paid = np.flatnonzero(~batch.valid & (batch.rewards + invalid_action_penalty != 0))
+    if len(paid):
+        reward = batch.rewards[paid[0]] + invalid_action_penalty
+        raise ValueError(f"upstream_exact=True for {method!r}: step {batch.step_idx[paid[0]]} of a trajectory has an "
+                         f"invalid action that earned an env reward of {reward:g}, which milegpo's {method!r} cannot "
+                         "tell from the invalid-action penalty in verl-agent's row statistics; only "
+                         "'milegpo.gigpo' reproduces verl-agent for such rewards (or drop upstream_exact)")
+    return compute_credit(method, batch, config)
 
 
 #: the settings of the running trainer per estimator name, set by :func:`configure` (at trainer construction)

@@ -20,7 +20,9 @@ on an in-order batch), and a trajectory's step is identified by ``(traj_uid, ste
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -59,12 +61,95 @@ def _column(data: StepRows, name: str) -> np.ndarray:
     return np.asarray(data.non_tensor_batch[name])
 
 
-def _hashable(value: object) -> object:
+@dataclass(frozen=True)
+class NumericContent:
+    """The state key of a numeric array: a digest of its values in row-major order.
+
+    verl-agent's GiGPO groups array anchors by their flattened values (shape aside), so two
+    arrays are one state when their values are equal as numbers whatever their dtype (a
+    uint8 image and the float image of the same pixels, ``-0.0`` and ``0.0``). The values
+    are brought to one form before hashing: integers (and floats that are whole numbers) as
+    int64, other floats as float64. ``kind`` keeps the two forms apart."""
+
+    kind: str
+    digest: bytes
+
+
+class NoContentMatch:
+    """The key of an anchor holding NaN: equal only to itself, as NaN != NaN (verl-agent's
+    grouping and ``np.array_equal`` put such a step in a group of its own)."""
+
+
+#: plain values that are their own key (compared by value, as verl-agent compares them)
+_SCALARS = (str, bytes, bool, int, float, complex)
+#: the largest magnitude a float may have to be read as an int64 (the bounds of exact float integers)
+_EXACT_INT = 2.0 ** 53
+
+
+def anchor_key(value: object, row: int, column: str = "anchor_obs", *, nan_matches_nothing: bool = True) -> object:
+    """The hashable key of an anchor, equal for two anchors exactly when verl-agent would group them.
+
+    Keyed by content for every type a verl-agent env manager produces: str and bytes by
+    value, numbers by value, numpy arrays of any dtype and shape by their flattened values
+    (object arrays of numbers, as verl-agent makes of torch anchors, included), torch
+    tensors as their numpy array, lists and tuples element by element, dicts by their
+    items in any order. ``None``, and a value with neither content nor a value-based hash,
+    are refused naming ``row`` and ``column``: grouping them by identity would make every
+    step a state of its own without a sign. ``nan_matches_nothing=False`` keys an array
+    holding NaN by its bytes instead (to tell whether two rows are copies of one step).
+    """
+    def key(item: object) -> object:
+        return anchor_key(item, row, column, nan_matches_nothing=nan_matches_nothing)
+
+    if value is None:
+        raise ValueError(f"non_tensor_batch[{column!r}] is None at row {row}: every step needs its anchor "
+                         "observation (the env manager's obs['anchor']; verl-agent's GiGPO raises on None too)")
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, _SCALARS):
+        return value
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
-        return (value.dtype.str, value.shape, value.tobytes())
+        return _array_key(value, key, nan_matches_nothing)
     if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
+        return tuple(key(item) for item in value)
+    if isinstance(value, Mapping):
+        return frozenset((name, key(item)) for name, item in value.items())
+    if type(value).__hash__ is None or type(value).__eq__ is object.__eq__:
+        raise ValueError(f"non_tensor_batch[{column!r}] at row {row} is a {type(value).__name__}, which compares "
+                         "by identity or not at all, so equal states could not be found: give anchors as str, "
+                         "bytes, numbers, arrays, tensors, lists, tuples or dicts of them")
     return value
+
+
+def _array_key(array: np.ndarray, key: Callable[[object], object], nan_matches_nothing: bool) -> object:
+    """The key of a numpy array: its values as numbers (see :class:`NumericContent`), else element by element."""
+    flat = array.ravel()
+    if flat.dtype == object:
+        items = flat.tolist()
+        if all(isinstance(item, (bool, int, float, np.bool_, np.integer, np.floating)) for item in items):
+            flat = np.asarray(items)  # e.g. a torch anchor that verl-agent turned into an object array
+        else:
+            return tuple(key(item) for item in items)
+    if flat.dtype.kind in "biu":
+        if flat.dtype.kind == "u" and flat.size and flat.max() > np.iinfo(np.int64).max:
+            return NumericContent("u", _digest(flat.astype(np.uint64)))
+        flat = flat.astype(np.int64)
+    elif flat.dtype.kind == "f":
+        if np.isnan(flat).any():
+            return NoContentMatch() if nan_matches_nothing else NumericContent("nan", _digest(flat))
+        flat = flat.astype(np.float64) + 0.0  # + 0.0 turns -0.0 into 0.0
+        if np.all(np.abs(flat) < _EXACT_INT) and np.all(flat == np.trunc(flat)):
+            flat = flat.astype(np.int64)
+    else:
+        return tuple(key(item) for item in flat.tolist())
+    return NumericContent(flat.dtype.kind, _digest(flat))
+
+
+def _digest(flat: np.ndarray) -> bytes:
+    return hashlib.blake2b(flat.tobytes(), digest_size=16).digest()
 
 
 def add_step_index(data: StepRows) -> None:
@@ -125,8 +210,12 @@ def step_batch_from_verl(data: StepRows, *, success: SuccessRule = SuccessRule()
     batch row the StepBatch row it maps to (-1 for rows with ``active_masks`` False).
 
     :param data: a ``verl.DataProto`` (or anything with its ``non_tensor_batch`` dict).
-    :param success: how success is decided (see :class:`SuccessRule`).
-    :param invalid_action_penalty: subtracted from the reward of a step whose action was invalid.
+    :param success: how success is decided (see :class:`SuccessRule`; the reward rule reads the
+        env rewards alone, so the penalty never turns a success into a failure).
+    :param invalid_action_penalty: subtracted from the reward of a step whose action was invalid,
+        on top of whatever the env paid for it (verl-agent's Sokoban pays -0.1 for every step, an
+        invalid one included: that step's reward is then -0.1 - penalty). A trajectory's outcome is
+        the sum of its rewards, penalties included, as in milegpo's own trainer.
     """
     columns = data.non_tensor_batch
     uid, traj_uid, anchor = (_column(data, name) for name in ("uid", "traj_uid", "anchor_obs"))
@@ -166,9 +255,10 @@ def step_batch_from_verl(data: StepRows, *, success: SuccessRule = SuccessRule()
     task_index: dict[object, int] = {}
     task_ids = np.array([task_index.setdefault(uid[r], len(task_index)) for r in rows], dtype=np.int64)
     keys = np.empty(len(rows), dtype=object)
-    keys[:] = [_hashable(anchor[r]) for r in rows]
-    outcomes = np.bincount(traj_ids, weights=env_rewards[rows], minlength=len(traj_index))
-    won = _success(columns, rows, traj_ids, outcomes, success)
+    keys[:] = [anchor_key(anchor[r], int(r)) for r in rows]
+    rewards = env_rewards[rows] - invalid_action_penalty * (~valid[rows])
+    env_returns = np.bincount(traj_ids, weights=env_rewards[rows], minlength=len(traj_index))
+    won = _success(columns, rows, traj_ids, env_returns, success)
 
     position = {(t, s): k for k, (t, s) in enumerate(zip(traj_ids.tolist(), step_idx.tolist()))}
     given_next = np.asarray(columns["next_anchor_obs"]) if "next_anchor_obs" in columns else None
@@ -180,21 +270,22 @@ def step_batch_from_verl(data: StepRows, *, success: SuccessRule = SuccessRule()
         if after is not None:
             next_keys[k] = keys[after]
         elif given_next is not None:
-            next_keys[k] = _hashable(given_next[rows[k]])
+            next_keys[k] = anchor_key(given_next[rows[k]], int(rows[k]), "next_anchor_obs")
         else:
             next_keys[k] = ("<end of trajectory>", t)
     batch = StepBatch(
         task_ids=task_ids, traj_ids=traj_ids, step_idx=step_idx, state_keys=keys, next_state_keys=next_keys,
         actions=np.full(len(rows), "", dtype=object),
-        rewards=env_rewards[rows] - invalid_action_penalty * (~valid[rows]),
-        valid=valid[rows], dones=last, outcomes=outcomes, success=won,
+        rewards=rewards, valid=valid[rows], dones=last,
+        outcomes=np.bincount(traj_ids, weights=rewards, minlength=len(traj_index)), success=won,
     )
     return batch, row_map
 
 
 def _check_copy(data: StepRows, row: int, first: int, anchor: np.ndarray, rewards: np.ndarray, valid: np.ndarray,
                 uid: np.ndarray) -> None:
-    same = (_hashable(anchor[row]) == _hashable(anchor[first]) and rewards[row] == rewards[first]
+    same = (anchor_key(anchor[row], row, nan_matches_nothing=False)
+            == anchor_key(anchor[first], first, nan_matches_nothing=False) and rewards[row] == rewards[first]
             and valid[row] == valid[first] and uid[row] == uid[first])
     if not same:
         traj = data.non_tensor_batch["traj_uid"][row]
@@ -217,13 +308,14 @@ def _check_steps_complete(traj_ids: np.ndarray, step_idx: np.ndarray, traj_uid: 
                          "milegpo credit needs every step of every trajectory)")
 
 
-def _success(columns: Mapping[str, np.ndarray], rows: np.ndarray, traj_ids: np.ndarray, outcomes: np.ndarray,
+def _success(columns: Mapping[str, np.ndarray], rows: np.ndarray, traj_ids: np.ndarray, env_returns: np.ndarray,
              rule: SuccessRule) -> np.ndarray:
+    """(T,) each trajectory's success: the env's ``won`` column, else the reward rule on its env return."""
     if rule.source != "reward" and WON_COLUMN in columns:
-        won = np.zeros(len(outcomes), dtype=bool)
+        won = np.zeros(len(env_returns), dtype=bool)
         won[traj_ids] = np.asarray(columns[WON_COLUMN])[rows].astype(bool)
         return won
     if rule.source == "won":
         raise KeyError(f"success source 'won' needs non_tensor_batch[{WON_COLUMN!r}], which install() adds from "
                        "verl-agent's success evaluator; set algorithm.milegpo.success=reward to use the reward rule")
-    return outcomes >= rule.success_reward
+    return env_returns >= rule.success_reward
