@@ -38,7 +38,8 @@ def compute_step_advantage(
     :param config: the method's config, or a dict of overrides (``{"preset": "webshop"}``,
         ``{"eta": 0.0}``, ``{"upstream_exact": True}``); None: the defaults.
     :param success: how a trajectory's success is decided.
-    :param invalid_action_penalty: subtracted from the reward of a step whose action was invalid.
+    :param invalid_action_penalty: subtracted from the reward of a step whose action was invalid
+        (see :func:`~milegpo.integrations.verl.step_batch_from_verl`).
     :returns: two (B, L) float tensors on ``response_mask``'s device (the same values: the
         step advantage on every reply token, 0 on padding and inactive rows; copies of a row
         get its value), and the :class:`~milegpo.credit.CreditResult` with the diagnostics.
@@ -109,7 +110,8 @@ def compute_advantage(data: DataProtoLike, adv_estimator: object, *args: object,
         raise RuntimeError(f"adv_estimator={name!r} reached compute_advantage in a process where milegpo's "
                            "estimator was not configured: the trainer must be built after "
                            "milegpo.integrations.verl.install() in that process (use "
-                           "`python -m milegpo.integrations.verl.main_ppo`, which installs it in every Ray worker)")
+                           "`python -m milegpo.integrations.verl.main_ppo`, which installs it wherever verl's "
+                           "trainer is imported)")
     advantages, returns, credit = compute_step_advantage(
         data, settings.method, settings.credit, success=settings.success,
         invalid_action_penalty=settings.invalid_action_penalty)

@@ -36,11 +36,14 @@ def runtime_env_with_hook(runtime_env: Mapping[str, Any] | None) -> dict[str, An
     env = dict(runtime_env or {})
     theirs = env.get("worker_process_setup_hook")
     env["worker_process_setup_hook"] = hook_for_ray()
+    env_vars = dict(env.get("env_vars") or {})  # a copy: ray.init writes the hook's key into it
     if theirs is not None and theirs not in (HOOK, setup_worker):
         if not isinstance(theirs, str):
             raise TypeError("milegpo's entry point chains a worker_process_setup_hook given as an import path "
                             f"('module.function'), got {theirs!r}")
-        env["env_vars"] = {**dict(env.get("env_vars") or {}), USER_HOOK_ENV: theirs}
+        env_vars[USER_HOOK_ENV] = theirs
+    if env_vars:
+        env["env_vars"] = env_vars
     return env
 
 
