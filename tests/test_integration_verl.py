@@ -451,9 +451,10 @@ def test_anchor_keys_group_rows_as_verl_agent_does() -> None:
 
 
 @pytest.mark.parametrize("bad, message", [
-    (None, "non_tensor_batch\\['anchor_obs'\\] is None at row 4"),
-    ({1, 2}, "non_tensor_batch\\['anchor_obs'\\] at row 4 is a set"),
-    (object(), "non_tensor_batch\\['anchor_obs'\\] at row 4 is a object, which compares by identity"),
+    (None, "non_tensor_batch\\['anchor_obs'\\] at row 4 is \\(or holds\\) None"),
+    (["a", None], "non_tensor_batch\\['anchor_obs'\\] at row 4 is \\(or holds\\) None"),
+    ({1, 2}, "non_tensor_batch\\['anchor_obs'\\] at row 4 is \\(or holds\\) a set"),
+    (object(), "at row 4 is \\(or holds\\) a object, which compares by identity"),
 ])
 def test_a_none_or_identity_anchor_is_refused_naming_row_and_column(bad, message: str) -> None:
     data = verl_agent_batch()

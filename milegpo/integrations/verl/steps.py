@@ -102,7 +102,7 @@ def anchor_key(value: object, row: int, column: str = "anchor_obs", *, nan_match
         return anchor_key(item, row, column, nan_matches_nothing=nan_matches_nothing)
 
     if value is None:
-        raise ValueError(f"non_tensor_batch[{column!r}] is None at row {row}: every step needs its anchor "
+        raise ValueError(f"non_tensor_batch[{column!r}] at row {row} is (or holds) None: every step needs its anchor "
                          "observation (the env manager's obs['anchor']; verl-agent's GiGPO raises on None too)")
     if isinstance(value, np.generic):
         value = value.item()
@@ -118,21 +118,24 @@ def anchor_key(value: object, row: int, column: str = "anchor_obs", *, nan_match
     if isinstance(value, Mapping):
         return frozenset((name, key(item)) for name, item in value.items())
     if type(value).__hash__ is None or type(value).__eq__ is object.__eq__:
-        raise ValueError(f"non_tensor_batch[{column!r}] at row {row} is a {type(value).__name__}, which compares "
-                         "by identity or not at all, so equal states could not be found: give anchors as str, "
-                         "bytes, numbers, arrays, tensors, lists, tuples or dicts of them")
+        raise ValueError(f"non_tensor_batch[{column!r}] at row {row} is (or holds) a {type(value).__name__}, which "
+                         "compares by identity or not at all, so equal states could not be found: give anchors as "
+                         "str, bytes, numbers, arrays, tensors, lists, tuples or dicts of them")
     return value
 
 
 def _array_key(array: np.ndarray, key: Callable[[object], object], nan_matches_nothing: bool) -> object:
     """The key of a numpy array: its values as numbers (see :class:`NumericContent`), else element by element."""
     flat = array.ravel()
-    if flat.dtype == object:
+    if flat.dtype == object:  # e.g. a torch anchor that verl-agent turned into an object array of floats
         items = flat.tolist()
-        if all(isinstance(item, (bool, int, float, np.bool_, np.integer, np.floating)) for item in items):
-            flat = np.asarray(items)  # e.g. a torch anchor that verl-agent turned into an object array
-        else:
+        try:
+            numbers = np.asarray(items)  # numeric only if every item is a number (a str makes it text)
+        except ValueError:  # items of different shapes
+            numbers = flat
+        if numbers.dtype.kind not in "biuf":
             return tuple(key(item) for item in items)
+        flat = numbers.ravel()
     if flat.dtype.kind in "biu":
         if flat.dtype.kind == "u" and flat.size and flat.max() > np.iinfo(np.int64).max:
             return NumericContent("u", _digest(flat.astype(np.uint64)))
