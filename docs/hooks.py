@@ -38,10 +38,22 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     return markdown.replace("{{ raw_results }}", "\n".join(blocks))
 
 
-_SPHINX_ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):(<code>)")
+_SPHINX_ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):<code>(?P<tilde>~?)(?P<name>[\w.]+)</code>")
+_LITERAL_MARKER = re.compile(r"<p>::</p>\s*|(?<=\S) ::(?=</p>)")
+
+
+def _cross_reference(match: re.Match) -> str:
+    """A reST role's target as an autorefs cross-reference (``~`` shows the last name only); a target
+    autorefs does not know stays plain code (``optional``)."""
+    name = match["name"]
+    shown = name.rsplit(".", 1)[-1] if match["tilde"] else name
+    return f'<autoref identifier="{name}" optional><code>{shown}</code></autoref>'
 
 
 def on_page_content(html: str, page, config, files) -> str:
-    """The docstrings are reST (``:func:`name```); mkdocstrings renders the name as code and
-    leaves the role's text in front of it: drop that text."""
-    return _SPHINX_ROLE.sub(r"\1", html)
+    """The docstrings are reST: mkdocstrings renders ``:class:`~a.b.C``` as the role's text and the
+    name as code, and keeps the ``::`` that opens a literal block. The role becomes a link to the
+    object's page (autorefs resolves it after every page is built); a lone ``::`` is dropped and a
+    paragraph's closing ``::`` becomes ``:``."""
+    html = _SPHINX_ROLE.sub(_cross_reference, html)
+    return _LITERAL_MARKER.sub(lambda m: "" if m.group(0).startswith("<p>") else ":", html)

@@ -33,6 +33,7 @@ _LAZY = {
     "SamplerConfig": "milegpo.config",
     "TrainConfig": "milegpo.run.config",
     "train": "milegpo.run.train",
+    "evaluate_policy": "milegpo.algos.evaluation",
 }
 
 __all__ = ["__version__", *_LAZY]

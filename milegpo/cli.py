@@ -226,6 +226,12 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
 
     overrides = [f"{name}={value}" for name, values in vars(args).items() if "." in name and values is not None
                  for value in values]
+    for item in args.overrides:  # a flag argparse did not know first: its value alone would be named otherwise
+        if item.startswith("-"):
+            name = item.lstrip("-").split("=", 1)[0]
+            new = RENAMED.get(name) or RENAMED.get(name.replace("-", "_"))
+            hint = f": it is --{new} VALUE (or {new}=VALUE)" if new else "; settings are --section.field VALUE"
+            raise ValueError(f"unknown flag {item.split('=', 1)[0]}{hint}; see milegpo train --help")
     for item in args.overrides:
         if "=" not in item:
             hint = f" (the flag --{item.lstrip('-')} is now --{RENAMED[item]})" if item in RENAMED else ""
@@ -246,9 +252,14 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         base = TrainConfig.from_file(os.path.join(args.resume, CONFIG_FILE))
         return resolve_config(overrides=overrides, base=base)
     preset = args.preset or (None if args.config else DEMO_PRESET)
-    if preset == DEMO_PRESET and not args.preset and args.verbose and not args.print_config:
-        print(f"Using the {DEMO_PRESET} preset (MileGPO on milegpo/House-v0 with an offline tiny model); "
-              "--preset or --config for other settings, --print-config to see them all")
+    if args.verbose and not args.print_config and not args.preset:
+        if preset == DEMO_PRESET:
+            print(f"Using the {DEMO_PRESET} preset (MileGPO in choose mode with an offline tiny model); --preset or "
+                  "--config for other settings, --print-config to see them all")
+        else:
+            print(f"{', '.join(args.config)} on top of the defaults, the paper's GPU settings (generate mode with "
+                  f"<think>, lr 1e-6): add --preset {DEMO_PRESET} to start from the CPU demo's instead; "
+                  "--print-config shows every setting")
     return resolve_config(preset, args.config, overrides)
 
 
@@ -317,7 +328,9 @@ def _eval_parser(subparsers: Subparsers) -> None:
                                                "null) with a fixed seed per split: the same checkpoint, split and "
                                                "settings always give the same number.")
     parser.add_argument("run_dir", help="a folder written by `milegpo train`")
-    parser.add_argument("--split", action="append", default=None, help="eval split (repeatable; default: the run's)")
+    parser.add_argument("--split", action="append", default=None,
+                        help="eval split (repeatable; default: the run's; held_out: the held-out task seeds of an env "
+                             "without splits)")
     parser.add_argument("--n-tasks", type=int, default=None, help="tasks per split (default: the run's n_eval_tasks)")
     sampling = parser.add_mutually_exclusive_group()
     sampling.add_argument("--temperature", type=float, default=None, help="sample at this temperature instead")
@@ -327,6 +340,8 @@ def _eval_parser(subparsers: Subparsers) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
+    from milegpo.envs import UnknownEnvError
+    from milegpo.run.checks import check_env
     from milegpo.run.train import evaluate_model, load_run
 
     try:
@@ -335,12 +350,12 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.temperature is not None and args.temperature <= 0:
             raise ValueError(f"--temperature must be > 0 (--greedy for greedy actions), got {args.temperature}")
         config, model = load_run(args.run_dir)
-        if not (args.split or config.eval.splits):
-            raise ValueError("the run has no eval splits (its eval.splits is empty): pass --split NAME")
+        config = config.replace(**{"eval.splits": args.split or config.eval.splits or _default_eval_splits(config)})
         if args.greedy or args.temperature is not None:
             config = config.replace(**{"eval.temperature": None if args.greedy else args.temperature})
-        results = evaluate_model(model, config, splits=args.split, n_tasks=args.n_tasks, progress=True)
-    except (ValueError, FileNotFoundError, CheckpointError) as exc:
+        check_env(config)  # every split makes the env: one line for a split it does not take
+        results = evaluate_model(model, config, n_tasks=args.n_tasks, progress=True)
+    except (ValueError, FileNotFoundError, CheckpointError, UnknownEnvError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     sampling = "greedy" if config.eval.temperature is None else f"sampled at T={config.eval.temperature:g}"
@@ -349,6 +364,17 @@ def run_eval(args: argparse.Namespace) -> int:
               f"mean length {result['mean_length']:.1f} over {result['n_episodes']} episodes of {result['n_tasks']} "
               f"tasks ({sampling})")
     return 0
+
+
+def _default_eval_splits(config: TrainConfig) -> list[str]:
+    """What ``milegpo eval`` evaluates for a run with no eval splits: an env without task splits on its
+    held-out seeds; an env with splits needs ``--split``."""
+    from milegpo.envs.core import HELD_OUT_SPLIT
+    from milegpo.envs.registration import takes_split
+
+    if not takes_split(config.env.id):
+        return [HELD_OUT_SPLIT]
+    raise ValueError("the run has no eval splits (its eval.splits is empty): pass --split NAME")
 
 
 @subcommand

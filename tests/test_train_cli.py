@@ -56,7 +56,9 @@ def test_train_and_eval_refuse_unknown_env_and_missing_run(tmp_path: Path, capsy
 @pytest.mark.parametrize("flags, message", [
     (["--policy.model", "/nonexistent/path"], "model path '/nonexistent/path' does not exist"),
     (["env.kwargs={bogus: 1}"], "unexpected keyword argument 'bogus'. Check env.kwargs"),
-    (["env.id=milegpo/TextWorld-v0"], "env.train_split=null eval.splits=[]"),
+    (["env.id=milegpo/TextWorld-v0", "env.train_split=valid"], "it has no task splits. Train with "
+                                                               "env.train_split=null"),
+    (["env.id=milegpo/TextWorld-v0"], "game_files must be"),  # splits fitted to the env: its next need shows
     (["env.id=milegpo/TextWorld-v0", "env.train_split=null", "eval.splits=[]"], "game_files must be"),
     (["run.total_timesteps=-5"], "run.total_timesteps must be an integer >= 1, got -5"),
     (["--env.group_size", "-3"], "env.group_size must be an integer >= 1, got -3"),
@@ -209,5 +211,6 @@ def test_a_dead_mlflow_server_is_reported_in_seconds(tmp_path: Path) -> None:
     # MLflow's own retries with back-off would take minutes: the check makes one quick try
     result = subprocess.run([sys.executable, "-m", "milegpo", "train", "run.report_to=[mlflow]", "--run-dir",
                              str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=90)
-    assert result.returncode == 2 and f"the MLflow tracking store 'http://127.0.0.1:{port}' does not work" in result.stderr
+    assert result.returncode == 2
+    assert f"the MLflow tracking store 'http://127.0.0.1:{port}' does not work" in result.stderr
     assert not (tmp_path / "run").exists()

@@ -60,9 +60,10 @@ from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
 from milegpo.algos.console import use_console_format
 from milegpo.algos.errors import TrainingError
+from milegpo.algos.offline_setting import default_budget, explicit_fields, offline_setting
 from milegpo.algos.update import UpdateSettings, run_update
 from milegpo.config import AlgoConfig, PolicyConfig
-from milegpo.config.fields import from_dict, with_overrides
+from milegpo.config.fields import field_names, from_dict, with_overrides
 from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.policies import LLMPolicy
@@ -71,6 +72,16 @@ from milegpo.policies.optim import with_default_weight_decay
 logger = logging.getLogger(__name__)
 
 SelfGroupRL = TypeVar("SelfGroupRL", bound="GroupRLAlgorithm")
+
+def _refuse_policy_settings(settings: Mapping[str, Any]) -> None:
+    """A policy setting given as an algorithm keyword (``MileGPO(..., model=...)``) is refused with
+    where it goes: ``policy_kwargs``, as in stable-baselines3."""
+    misplaced = sorted(set(settings) & (field_names(PolicyConfig) - field_names(AlgoConfig)))
+    if misplaced:
+        example = ", ".join(f"{name!r}: {settings[name]!r}" for name in misplaced)
+        what = "is a policy setting" if len(misplaced) == 1 else "are policy settings"
+        raise ValueError(f"{', '.join(misplaced)} {what}: pass policy_kwargs={{{example}}}")
+
 
 class GroupRLAlgorithm(OnPolicyAlgorithm):
     """Critic-free group RL for text agents (the base of MileGPO, GraphGPO, GiGPO, GRPO).
@@ -119,14 +130,24 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             raise TypeError(f"{type(self).__name__} has no credit_method: use MileGPO, GraphGPO, GiGPO or GRPO")
         if env is not None:
             self._checked_env(env)
+        _refuse_policy_settings(settings)
+        given_config = config
         config = with_overrides(AlgoConfig, config if config is not None else {"method": self.credit_method},
                                 settings, "algo")
         if config.method != self.credit_method:
             raise ValueError(f"{type(self).__name__} assigns credit with {self.credit_method!r}, but its config's "
                              f"method is {config.method!r}: use milegpo.algos.ALGORITHMS[{config.method!r}] or "
                              f"AlgoConfig(method={self.credit_method!r}, ...)")
-        self.config = config
         self.policy_config = from_dict(PolicyConfig, policy_kwargs, "policy")
+        #: whether no model was given and the offline demo setting was chosen (:mod:`milegpo.algos.offline_setting`)
+        self.offline_setting = self.policy_config.model is None and env is not None and _init_setup_model
+        if self.offline_setting:
+            assert env is not None
+            algo_given = explicit_fields(given_config, AlgoConfig(method=self.credit_method)) | set(settings)
+            config, self.policy_config = offline_setting(
+                self._checked_env(env), config, algo_given, self.policy_config,
+                explicit_fields(policy_kwargs, PolicyConfig()), seed)
+        self.config = config
 
         super().__init__(
             policy,  # type: ignore[arg-type]  # SB3 types its policy classes as ActorCriticPolicy
@@ -275,7 +296,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
 
     def learn(
         self: SelfGroupRL,
-        total_timesteps: int,
+        total_timesteps: int | None = None,
         callback: MaybeCallback = None,
         log_interval: int = 1,
         tb_log_name: str | None = None,
@@ -284,11 +305,15 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     ) -> SelfGroupRL:
         """SB3's ``learn``: train for ``total_timesteps`` env steps (of active envs).
 
+        Without ``total_timesteps``: ``$MILEGPO_TOTAL_TIMESTEPS`` when set, else the demo's budget when
+        the offline demo setting was chosen (no model given), else ``TypeError``.
         To resume a run from a checkpoint towards the same total, load it and call
         ``learn(total - model.num_timesteps, reset_num_timesteps=False)``.
         """
         if self.env is None:
             raise ValueError("this model has no env: load it with load(path, env=...) or call set_env(env)")
+        if total_timesteps is None:
+            total_timesteps = default_budget(self.offline_setting)
         updates_before, skipped_before = self._n_updates, self._skipped_steps
         super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
                       reset_num_timesteps, progress_bar)
@@ -424,6 +449,29 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         """
         return persistence.load_checkpoint(cls, path, None if env is None else cls._checked_env(env), device,
                                            base_model=base_model, **kwargs)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: str | Sequence[str] | np.ndarray,
+        state: Any = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        infos: Sequence[dict[str, Any]] | None = None,
+    ) -> tuple[str | np.ndarray, None]:
+        """SB3's ``predict``: ``(actions, None)`` for text observations (:meth:`LLMPolicy.predict`).
+
+        Without ``infos``, the infos of the model's env are used when ``observation`` is what that env
+        last returned (``obs = env.reset(); model.predict(obs)``). ``episode_start`` is refused:
+        stable-baselines3's ``evaluate_policy`` passes it, and would count the finished envs of a
+        grouped vec env as new episodes (use :func:`milegpo.evaluate_policy`).
+        """
+        if episode_start is not None:
+            raise TypeError("predict(episode_start=...) is what stable_baselines3's evaluate_policy calls; it would "
+                            "count the finished envs of a grouped vec env as episodes. Use milegpo.evaluate_policy("
+                            "model, env) (or model.evaluate(env, n_episodes=N))")
+        if infos is None and self.env is not None:
+            infos = self._checked_env(self.env).infos_of(observation)
+        return self.policy.predict(observation, deterministic=deterministic, infos=infos)
 
     # --------------------------------------------------------- evaluation
     def evaluate(self, env: GroupedTextVecEnv, n_episodes: int | None = None, task_seeds: Sequence[int] | None = None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -132,6 +133,7 @@ class EvalCallback(IterationCallback):
 
     :param eval_env: a GroupedTextVecEnv on an eval split (group size 1 is usual).
     :param n_eval_tasks: task seeds ``0..n_eval_tasks-1`` of the split.
+    :param task_seeds: explicit task seeds instead (e.g. an env's held-out seeds); overrides ``n_eval_tasks``.
     :param deterministic: greedy actions.
     :param temperature: with ``deterministic=False``, the sampling temperature (paper: 0.4).
     :param seed: seed of the sampled actions of every evaluation (the same episodes' randomness
@@ -146,10 +148,11 @@ class EvalCallback(IterationCallback):
 
     def __init__(self, eval_env: GroupedTextVecEnv, eval_freq: int = 1, n_eval_tasks: int = 16,
                  deterministic: bool = True, temperature: float | None = None, seed: int | None = None,
-                 log_name: str = "eval", curve_file: str | None = "", verbose: int = 0):
+                 log_name: str = "eval", curve_file: str | None = "", verbose: int = 0,
+                 task_seeds: Sequence[int] | None = None):
         super().__init__(eval_freq, verbose)
         self.eval_env = eval_env
-        self.n_eval_tasks = int(n_eval_tasks)
+        self.task_seeds = [int(s) for s in task_seeds] if task_seeds is not None else list(range(int(n_eval_tasks)))
         self.deterministic = deterministic
         self.temperature = temperature
         self.seed = seed
@@ -166,7 +169,7 @@ class EvalCallback(IterationCallback):
             self.algorithm.log_row_pending()  # one row 0 for every evaluation callback, written before the rollout
 
     def _on_iteration(self) -> None:
-        result = evaluate(self.algorithm, self.eval_env, n_episodes=self.n_eval_tasks, deterministic=self.deterministic,
+        result = evaluate(self.algorithm, self.eval_env, task_seeds=self.task_seeds, deterministic=self.deterministic,
                           temperature=self.temperature, seed=self.seed)
         row = {"iteration": self._iterations(), "num_timesteps": self.model.num_timesteps,
                **{k: v for k, v in result.items() if k != "per_task"}}
@@ -183,7 +186,13 @@ class EvalCallback(IterationCallback):
 
 class TextProgressBarCallback(ProgressBarCallback):
     """SB3's progress bar, advanced by env steps of active envs (SB3 adds ``num_envs`` per call);
-    it stops at its total (the last rollout runs past the budget to finish its episodes)."""
+    it stops at its total (the last rollout runs past the budget to finish its episodes).
+
+    Its time estimate uses the average speed since the start (rich's default is the last 30 s),
+    so the pauses for updates and held-out evaluations between rollouts are counted in it."""
+
+    #: seconds of progress rich averages the speed over: the whole run
+    SPEED_PERIOD_S = 10**9
 
     def _on_step(self) -> bool:
         done = min(self.model.num_timesteps - self._start, self.pbar.total)
@@ -191,7 +200,15 @@ class TextProgressBarCallback(ProgressBarCallback):
         return True
 
     def _on_training_start(self) -> None:
-        super()._on_training_start()
+        import warnings
+
+        from tqdm import TqdmExperimentalWarning
+        from tqdm.rich import tqdm
+
+        with warnings.catch_warnings():  # SB3's own bar silences it the same way
+            warnings.simplefilter("ignore", TqdmExperimentalWarning)
+            self.pbar = tqdm(total=self.locals["total_timesteps"] - self.model.num_timesteps,
+                             options={"speed_estimate_period": self.SPEED_PERIOD_S})
         self._start = self.model.num_timesteps
 
 

@@ -9,6 +9,8 @@
 from milegpo.config.algo import AlgoConfig
 from milegpo.config.fields import from_dict
 from milegpo.config.policy import LoraConfig, PolicyConfig, SamplerConfig
+from milegpo.config.tiny_model import TinyModelConfig
 from milegpo.config.warm_start import WarmStartConfig
 
-__all__ = ["AlgoConfig", "LoraConfig", "PolicyConfig", "SamplerConfig", "WarmStartConfig", "from_dict"]
+__all__ = ["AlgoConfig", "LoraConfig", "PolicyConfig", "SamplerConfig", "TinyModelConfig", "WarmStartConfig",
+           "from_dict"]

@@ -99,6 +99,11 @@ def with_overrides(cls: type[T], config: T | Mapping[str, Any] | None, overrides
     return from_dict(cls, {**current, **overrides}, where)
 
 
+def field_names(cls: type) -> set[str]:
+    """The field names of the settings dataclass ``cls``."""
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def to_dict(config: object) -> dict[str, Any]:
     """A settings dataclass as plain nested values (JSON- and YAML-ready)."""
     return dataclasses.asdict(config)  # type: ignore[call-overload]

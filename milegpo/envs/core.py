@@ -79,6 +79,13 @@ def normalize_text(text: str) -> str:
     return _WHITESPACE.sub(" ", text.strip().lower())
 
 
+#: training draws task seeds below this (when the env has no finite task list); the seeds from here on
+#: are the held-out tasks of an env without splits (the eval split :data:`HELD_OUT_SPLIT`)
+HELD_OUT_SEEDS_START = 2**30
+#: the eval split of an env without splits: the training distribution on seeds training never draws
+HELD_OUT_SPLIT = "held_out"
+
+
 class EnvContractError(TypeError):
     """An env returned something the :class:`TextEnv` contract does not allow (a non-``str``
     observation, a non-finite reward, an info that is not a dict); the message names the env,

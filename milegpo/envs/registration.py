@@ -7,6 +7,11 @@ registering process it is found in two ways:
 
 * ``"my_package.envs:myorg/Maze-v0"`` (gymnasium's convention): the module before the
   colon is imported first, and registers the id after it when imported;
+* ``"my_package.envs:MazeEnv"``: a :class:`TextEnv` subclass of that module, registered under
+  that whole string when first named (its constructor's defaults are the env's defaults);
+
+the module is imported as ``python -m`` would: from the installed packages, else from the
+working directory (a module file beside you is found by the ``milegpo`` command too);
 * a package's entry point in the group :data:`ENTRY_POINT_GROUP` (``milegpo.envs``),
   e.g. in its ``pyproject.toml``::
 
@@ -20,8 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
+import os
+import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Any, cast
 
 import gymnasium as gym
@@ -89,21 +98,59 @@ def resolve_env_id(env_id: str) -> str:
     ``"module:Id"`` id, else (for an id not registered yet) the :data:`ENTRY_POINT_GROUP`
     entry points. Raises :class:`UnknownEnvError` listing the registered ids."""
     if ":" in env_id:
-        module, _, env_id = env_id.partition(":")
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise UnknownEnvError(f"cannot import {module!r}, the module of env id {module}:{env_id} "
-                                  f"({type(exc).__name__}: {exc})") from None
+        if env_id in gym.registry:  # a module:ClassName registered earlier
+            return env_id
+        module_name, _, name = env_id.partition(":")
+        module = _import_env_module(module_name, env_id)
+        attribute = getattr(module, name, None)
+        if name not in gym.registry and isinstance(attribute, type) and issubclass(attribute, TextEnv):
+            register_env(env_id, env_id)  # by name: worker processes import the module themselves
+            return env_id
+        env_id = name
     if env_id not in gym.registry:
         _load_entry_points()
     if env_id not in gym.registry:
         known = "\n  ".join(registered_env_ids())
         raise UnknownEnvError(f"Unknown env id {env_id!r}. Registered text envs:\n  {known}\n"
                               "Register your own with milegpo.envs.register_env(id, MyTextEnv), and name it as "
-                              f"'your_module:{env_id}' or through a {ENTRY_POINT_GROUP!r} entry point so that "
-                              "`milegpo train --env` finds it.")
+                              f"'your_module:{env_id}' (or name a TextEnv class as 'your_module:YourEnv') or "
+                              f"through a {ENTRY_POINT_GROUP!r} entry point so that `milegpo train env.id=...` "
+                              "finds it.")
     return env_id
+
+
+def _import_env_module(module: str, env_id: str) -> ModuleType:
+    """Import the module of a ``module:...`` env id; when it is not installed, from the working
+    directory, as ``python -m`` and ``python script.py`` would (the ``milegpo`` console script does
+    not put the working directory on ``sys.path``)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        if exc.name != module.split(".")[0] or cwd in sys.path:
+            raise UnknownEnvError(f"cannot import {module!r}, the module of env id {env_id} "
+                                  f"({type(exc).__name__}: {exc})") from None
+        sys.path.insert(0, cwd)
+        try:
+            return importlib.import_module(module)
+        except ImportError as retry:
+            sys.path.remove(cwd)
+            raise UnknownEnvError(f"cannot import {module!r}, the module of env id {env_id}, from the installed "
+                                  f"packages or the working directory {cwd} ({type(retry).__name__}: "
+                                  f"{retry})") from None
+    except ImportError as exc:
+        raise UnknownEnvError(f"cannot import {module!r}, the module of env id {env_id} "
+                              f"({type(exc).__name__}: {exc})") from None
+
+
+def takes_split(env_id: str) -> bool:
+    """Whether the env's constructor has a ``split`` argument (task splits such as train / eval_id)."""
+    spec = gym.spec(resolve_env_id(env_id))
+    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(str(spec.entry_point))
+    try:
+        return "split" in inspect.signature(creator).parameters
+    except (TypeError, ValueError):  # no signature to read: assume it takes what it is given
+        return True
 
 
 def _load_entry_points() -> None:

@@ -57,14 +57,12 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
-from milegpo.envs.core import TextEnv, TextSpace
+from milegpo.envs.core import HELD_OUT_SEEDS_START, TextEnv, TextSpace
 from milegpo.envs.registration import KwargsFactory, RegisteredEnvFactory  # noqa: F401 (RegisteredEnvFactory: public here)
 from milegpo.envs.vec_worker import EnvWorkerError, LocalWorker, ProcessWorker, Result  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-#: Task seeds are drawn from [0, MAX_SEED) when the env has no finite task list.
-MAX_SEED = 2**31 - 1
 
 
 class EnvErrorLog:
@@ -151,6 +149,8 @@ class GroupedTextVecEnv(VecEnv):
         self.group_ids = np.arange(num_envs, dtype=np.int64) // self.group_size
         self.task_seeds = np.full(self.n_tasks, -1, dtype=np.int64)
         self.subprocess = bool(subprocess)
+        #: the factory every env of this vec env is made by (a registered id's, or the user's callable)
+        self.env_fn = env_fn
 
         blocks = self._blocks(num_envs, n_workers if subprocess else 1)
         self._slots = [(w, j) for w, block in enumerate(blocks) for j in range(len(block))]  # env -> (worker, local)
@@ -201,7 +201,8 @@ class GroupedTextVecEnv(VecEnv):
         """Draw ``n_tasks`` task seeds from the vec env's RNG.
 
         With a finite task list (the env's ``num_tasks``) the seeds are distinct
-        task indices when the draw fits in it; otherwise any ints in [0, 2**31).
+        task indices when the draw fits in it; otherwise any ints in ``[0, HELD_OUT_SEEDS_START)`` (2**30):
+        the seeds above are never trained on, the held-out tasks of an env without splits.
         With a ``shard``, the draw is of every rank's groups and this rank's slice is returned.
         """
         rank, world = self.shard
@@ -209,7 +210,7 @@ class GroupedTextVecEnv(VecEnv):
         if self._num_tasks is not None and total <= self._num_tasks:
             seeds = self._rng.choice(self._num_tasks, size=total, replace=False).astype(np.int64)
         else:
-            seeds = self._rng.integers(0, MAX_SEED, size=total, dtype=np.int64)
+            seeds = self._rng.integers(0, HELD_OUT_SEEDS_START, size=total, dtype=np.int64)
         return seeds[rank * self.n_tasks : (rank + 1) * self.n_tasks]
 
     def reset(self) -> np.ndarray:
@@ -286,6 +287,18 @@ class GroupedTextVecEnv(VecEnv):
             infos[i] = info
             self._last_infos[i] = info
         return self._obs.copy(), rewards, dones, infos
+
+    def infos_of(self, observations: object) -> list[dict[str, Any]] | None:
+        """The envs' latest infos when ``observations`` are exactly their latest observations (what
+        ``reset`` or ``step`` just returned), else None: lets ``model.predict(obs)`` find the
+        admissible commands that ``choose`` mode scores."""
+        try:
+            current = np.asarray(observations, dtype=object).reshape(-1)
+        except (TypeError, ValueError):
+            return None
+        if current.shape != self._obs.shape or not all(a == b for a, b in zip(current, self._obs)):
+            return None
+        return [dict(info) for info in self._last_infos]
 
     # ------------------------------------------------------ attribute access
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:

@@ -13,21 +13,24 @@ VOCABULARY_EPISODES = 20
 
 def env_vocabulary(env_id: str, env_kwargs: dict[str, Any], episodes: int = VOCABULARY_EPISODES,
                    seed: int = 0) -> list[str]:
-    """Texts covering what ``env_id`` can print, for building a tiny model's tokenizer.
-
-    Uses the env's own ``vocabulary()`` when it has one; otherwise plays random
-    admissible commands for a few episodes and collects observations, tasks and
-    commands (words never seen map to the tokenizer's unknown token).
-    """
+    """Texts covering what ``env_id`` can print, for building a tiny model's tokenizer (:func:`env_texts`)."""
     env = make_env(env_id, **env_kwargs)
+    try:
+        return env_texts(env, env_id, episodes, seed)
+    finally:
+        env.close()
+
+
+def env_texts(env: TextEnv, name: str, episodes: int = VOCABULARY_EPISODES, seed: int = 0) -> list[str]:
+    """Texts covering what ``env`` can print: its own ``vocabulary()`` when it has one; otherwise the
+    observations, tasks and commands of a few episodes of random admissible commands (words never
+    seen map to the tokenizer's unknown token). ``ValueError`` naming ``name`` when the env raises."""
     try:
         return list(env.vocabulary()) if hasattr(env, "vocabulary") else _play_for_texts(env, episodes, seed)
     except Exception as exc:  # a broken env: one message, as when it breaks during training
-        raise ValueError(f"building the tiny model's vocabulary from {env_id}: the env raised "
+        raise ValueError(f"building the tiny model's vocabulary from {name}: the env raised "
                          f"{type(exc).__name__}: {exc}. Fix the env, give it a vocabulary() method, or train a "
                          "real model (policy.model=NAME_OR_PATH)") from exc
-    finally:
-        env.close()
 
 
 def _play_for_texts(env: TextEnv, episodes: int, seed: int) -> list[str]:

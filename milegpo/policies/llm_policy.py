@@ -79,8 +79,9 @@ class LLMPolicy(AdapterFilesMixin):
     ):
         config = with_overrides(PolicyConfig, config, settings, "policy")
         if config.model is None:
-            raise ValueError("policy.model is not set: give a hub name or a local folder of a causal LM "
-                             "(e.g. model='Qwen/Qwen2.5-1.5B-Instruct')")
+            raise ValueError("policy.model is not set: pass policy_kwargs={'model': 'Qwen/Qwen2.5-1.5B-Instruct'} "
+                             "(a hub name or a local folder of a causal LM); an algorithm given an env and no model "
+                             "trains the offline demo setting instead")
         super().__init__(observation_space, action_space,
                          optimizer_class=resolve_optimizer_class(config.optimizer_class),
                          optimizer_kwargs=dict(config.optimizer_kwargs))
@@ -368,6 +369,10 @@ class LLMPolicy(AdapterFilesMixin):
         self.set_training_mode(False)
         single = isinstance(observation, str)
         obs: list[str] = [observation] if isinstance(observation, str) else [str(o) for o in observation]
+        if infos is None and self.mode == "choose":
+            raise ValueError("predict() in choose mode needs the env's infos (they list the admissible commands it "
+                             "scores): predict(obs, infos=infos) with the infos of reset/step, model.predict(obs) with "
+                             "the obs the model's own env returned, or milegpo.evaluate_policy(model, env)")
         infos = [{}] * len(obs) if infos is None else ([infos] if isinstance(infos, dict) else list(infos))
         histories = [[] for _ in obs] if histories is None else list(histories)
         actions = [s.text for s in self.act(obs, infos, histories, deterministic=deterministic)]

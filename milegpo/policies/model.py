@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch as th
@@ -50,6 +52,22 @@ def check_torchvision() -> None:
                           "(or install the torchvision release built for this torch)") from None
 
 
+@contextmanager
+def quiet_library_bars() -> Iterator[None]:
+    """transformers' (and huggingface_hub's) own progress bars off while a model is loaded or saved:
+    "Loading weights" or "Writing model shards" would cut into milegpo's progress bar and console lines.
+    Their previous state is restored afterwards."""
+    from transformers.utils import logging as transformers_logging
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
+
+
 def load_lora_model(name: str, lora: LoraConfig, device: str | th.device, dtype: str | None,
                     gradient_checkpointing: bool, seed: int) -> tuple[Any, Any, int, list[int]]:
     """``(tokenizer, peft model, pad id, stop ids)`` of the causal LM ``name`` (hub name or folder).
@@ -64,8 +82,9 @@ def load_lora_model(name: str, lora: LoraConfig, device: str | th.device, dtype:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = resolve_device(device)
-    tokenizer = AutoTokenizer.from_pretrained(name)
-    base = AutoModelForCausalLM.from_pretrained(name, dtype=resolve_dtype(dtype, device))
+    with quiet_library_bars():
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        base = AutoModelForCausalLM.from_pretrained(name, dtype=resolve_dtype(dtype, device))
     if gradient_checkpointing:
         enable = getattr(base, "activation_checkpointing_enable", None)  # its name since transformers 5.2x
         if enable is not None:

@@ -21,6 +21,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from milegpo.config import TinyModelConfig
+
 #: Chat markers and the tags the policy asks the model to write.
 UNK, PAD, BOS, EOS = "<unk>", "<|pad|>", "<|im_start|>", "<|im_end|>"
 TAG_TOKENS = ("<think>", "</think>", "<action>", "</action>")
@@ -146,15 +148,26 @@ def tiny_model(
         broad (about 7 nats per token on a 330-word vocabulary).
     :return: ``str(save_dir)``.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from milegpo.policies.model import quiet_library_bars
 
     if arch not in _ARCHS:
         raise ValueError(f"arch must be one of {_ARCHS}, got {arch!r}")
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+
     save_dir = Path(save_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
+    with quiet_library_bars():
+        _build_tiny_model(vocab_texts, save_dir, arch, hidden_size, num_layers, num_heads, seed,
+                          max_position_embeddings, init_std)
+    return str(save_dir)
+
+
+def _build_tiny_model(vocab_texts: Iterable[str], save_dir: Path, arch: str, hidden_size: int, num_layers: int,
+                      num_heads: int, seed: int, max_position_embeddings: int, init_std: float) -> None:
+    """:func:`tiny_model`'s work: tokenizer, random weights, both saved in ``save_dir``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = build_word_tokenizer(vocab_texts)
     tokenizer.save_pretrained(save_dir)
@@ -171,4 +184,46 @@ def tiny_model(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(save_dir, safe_serialization=True)
-    return str(save_dir)
+
+
+def env_tiny_model(env_texts: Iterable[str], save_dir: str | os.PathLike, config: TinyModelConfig,
+                   seed: int = 0) -> str:
+    """The offline tiny model of an env (:func:`tiny_model` with ``config``'s sizes): its vocabulary is
+    the env's texts (:func:`milegpo.envs.vocabulary.env_texts`) and the words the policy's own
+    prompts add (templates, history lines, instructions)."""
+    from milegpo.policies.prompts import HISTORY_HEADER, HISTORY_STEP, INSTRUCTIONS, PROMPT_TEMPLATES
+
+    texts = [*env_texts, *PROMPT_TEMPLATES.values(), HISTORY_HEADER, HISTORY_STEP, *map(str, INSTRUCTIONS.values())]
+    return tiny_model(texts, save_dir, hidden_size=config.hidden_size, num_layers=config.layers,
+                      num_heads=config.heads, seed=seed)
+
+
+def cached_env_tiny_model(env_texts: Iterable[str], config: TinyModelConfig, seed: int = 0,
+                          cache_dir: str | os.PathLike | None = None) -> str:
+    """:func:`env_tiny_model` in the cache folder (default ``$MILEGPO_CACHE`` or ``~/.cache/milegpo``),
+    under a name made of a hash of its texts, sizes and seed: built once, found again by any later
+    process (written beside and renamed into place, so a concurrent builder never sees half a model)."""
+    import hashlib
+    import json
+    import shutil
+    import tempfile
+
+    from milegpo.policies.smollm import default_cache_dir
+
+    texts = list(env_texts)
+    recipe = json.dumps({"texts": texts, "sizes": [config.hidden_size, config.layers, config.heads], "seed": seed})
+    target = Path(cache_dir or default_cache_dir()) / "tiny-models" / hashlib.sha256(recipe.encode()).hexdigest()[:16]
+    if (target / "config.json").is_file():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+    try:
+        env_tiny_model(texts, tmp, config, seed)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process built it first
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)

@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from milegpo.envs import UnknownEnvError, make_env
-from milegpo.run.config import TrainConfig
+from milegpo.envs.core import HELD_OUT_SEEDS_START, HELD_OUT_SPLIT
+from milegpo.run.config import EnvConfig, EvalConfig, TrainConfig
 
 
 def check_setup(config: TrainConfig) -> None:
@@ -20,7 +21,7 @@ def check_setup(config: TrainConfig) -> None:
 
     Run before a run folder is made, so a bad config leaves nothing behind.
     """
-    _check_env(config)
+    check_env(config)
     from milegpo.policies.model import check_torchvision
 
     check_torchvision()
@@ -35,7 +36,31 @@ def check_setup(config: TrainConfig) -> None:
             raise ValueError(str(exc)) from None
 
 
-def _check_env(config: TrainConfig) -> None:
+def fit_splits_to_env(config: TrainConfig, verbose: int = 1) -> TrainConfig:
+    """``config`` for an env without task splits (no ``split`` argument): left at their defaults,
+    ``env.train_split`` becomes null (train on every task) and ``eval.splits`` becomes ``[held_out]``
+    (the same distribution on task seeds training never draws); said in one line. Settings the
+    user changed are kept (and checked by :func:`check_env`)."""
+    from milegpo.envs.registration import takes_split
+
+    try:
+        if takes_split(config.env.id):
+            return config
+    except UnknownEnvError:
+        return config  # check_env reports it
+    changes: dict[str, Any] = {}
+    if config.env.train_split == EnvConfig().train_split:
+        changes["env.train_split"] = None
+    if config.eval.splits == EvalConfig().splits:
+        changes["eval.splits"] = [HELD_OUT_SPLIT]
+    if changes and verbose:
+        print(f"{config.env.id} has no task splits: training on all its tasks, evaluating on held-out task seeds "
+              f"(eval split {HELD_OUT_SPLIT!r}, seeds from {HELD_OUT_SEEDS_START}, which training never draws; an "
+              "env with a finite task list repeats its tasks there)")
+    return config.replace(**changes) if changes else config
+
+
+def check_env(config: TrainConfig) -> None:
     """Make the env once per split it will be made with (unknown id, bad kwargs, no splits)."""
     for split in dict.fromkeys([config.env.train_split, *config.eval.splits]):
         kwargs = config.env.kwargs_for(split)
@@ -47,8 +72,9 @@ def _check_env(config: TrainConfig) -> None:
             raise ValueError(f"{config.env.id} needs a package that is not installed: {exc}") from None
         except (TypeError, ValueError, FileNotFoundError, KeyError) as exc:
             if split is not None and "split" in str(exc):
-                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}). If it has no task "
-                                 "splits, set env.train_split=null eval.splits=[]") from None
+                raise ValueError(f"{config.env.id} does not take split={split!r} ({exc}): it has no task splits. "
+                                 f"Train with env.train_split=null and evaluate on its held-out seeds with "
+                                 f"eval.splits=[{HELD_OUT_SPLIT}] (milegpo eval --split {HELD_OUT_SPLIT})") from None
             raise ValueError(f"cannot make {config.env.id} with env_kwargs {kwargs}: {type(exc).__name__}: {exc}. "
                              "Check env.kwargs (the env's constructor arguments)") from None
         try:

@@ -4,7 +4,7 @@ A run's config composes the configs of the objects it builds: ``env`` (what is p
 ``algo`` (:class:`~milegpo.config.AlgoConfig`), ``policy`` (:class:`~milegpo.config.PolicyConfig`),
 ``eval`` (held-out evaluation) and ``run`` (budget, seed, device, checkpoints, trackers).
 Every leaf has one default, the paper's where the paper gives one. Named presets
-(:data:`PRESETS`, YAML files beside this module) change some of them: ``cpu-demo`` is what
+(:data:`~milegpo.config.presets.PRESETS`, :mod:`milegpo.config.presets`) change some of them: ``cpu-demo`` is what
 ``milegpo train`` runs with no arguments.
 
 Sources are layered with OmegaConf (:func:`resolve_config`): a preset or a run's saved
@@ -19,12 +19,13 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from milegpo.config import AlgoConfig, PolicyConfig, WarmStartConfig
+from milegpo.config import AlgoConfig, PolicyConfig, TinyModelConfig, WarmStartConfig
 from milegpo.config.fields import check_int, check_number, check_type, from_dict, settings_class, to_dict
+from milegpo.config.presets import DEMO_PRESET, PRESETS, preset_text
+from milegpo.envs.core import HELD_OUT_SEEDS_START, HELD_OUT_SPLIT
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,9 @@ class EnvConfig:
         check_number("env.worker_timeout_s", self.worker_timeout_s)
 
     def kwargs_for(self, split: str | None) -> dict[str, Any]:
-        """The env's constructor arguments for a task split (``split`` added to ``kwargs``; None: none)."""
-        return {**self.kwargs, **({"split": split} if split is not None else {})}
+        """The env's constructor arguments for a task split (``split`` added to ``kwargs``; None and
+        ``held_out``, the eval split of an env without splits: none)."""
+        return {**self.kwargs, **({"split": split} if split not in (None, HELD_OUT_SPLIT) else {})}
 
 
 @dataclass(frozen=True)
@@ -87,24 +89,6 @@ class EvalConfig:
         for name in ("n_tasks", "copies", "freq"):
             check_int(f"eval.{name}", getattr(self, name), 1)
         check_number("eval.temperature", self.temperature, optional=True)
-
-
-@dataclass(frozen=True)
-class TinyModelConfig:
-    """The offline tiny model a run builds when ``policy.model`` is null (its vocabulary: the env's words).
-
-    :param hidden_size: width.
-    :param layers: transformer layers.
-    :param heads: attention heads.
-    """
-
-    hidden_size: int = 32
-    layers: int = 1
-    heads: int = 2
-
-    def __post_init__(self) -> None:
-        for name in ("hidden_size", "layers", "heads"):
-            check_int(f"run.tiny_model.{name}", getattr(self, name), 1)
 
 
 @dataclass(frozen=True)
@@ -219,17 +203,13 @@ RENAMED = {
     "report_to": "run.report_to",
 }  # fmt: skip
 
-#: named presets: YAML files of the settings they change (milegpo/run/presets/<name>.yaml)
-PRESETS = ("cpu-demo", "paper-alfworld", "paper-webshop")
-#: what ``milegpo train`` uses when given neither a preset nor a config file
-DEMO_PRESET = "cpu-demo"
 
 
-def preset_text(name: str) -> str:
-    """The YAML of a named preset."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; presets: {list(PRESETS)}")
-    return resources.files("milegpo.run").joinpath(f"presets/{name}.yaml").read_text()
+def eval_task_seeds(split: str | None, n_tasks: int) -> list[int]:
+    """The task seeds an evaluation on ``split`` plays: ``0..n_tasks-1`` (the split's first tasks), or
+    for ``held_out`` (an env without splits) the first ``n_tasks`` seeds training never draws."""
+    start = HELD_OUT_SEEDS_START if split == HELD_OUT_SPLIT else 0
+    return list(range(start, start + n_tasks))
 
 
 def resolve_config(preset: str | None = None, files: Sequence[str | Path] = (), overrides: Sequence[str] = (),

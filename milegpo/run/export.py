@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from milegpo.policies.model import quiet_library_bars
 from milegpo.run_folder import BASE_MODEL_DIR, EXPORT_MARKER, inside
 
 
@@ -73,29 +74,36 @@ def export_run(run_dir: str | Path, out: str | Path, merged: bool = False, overw
     out = Path(out)
     check_export_target(run_dir, out, overwrite)
     config, model = load_run(run_dir)
-    policy = model.policy
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
-        base = _resolved(str(policy.model_name))
-        if merged:
-            merged_model = policy.model.merge_and_unload()
-            merged_model.save_pretrained(str(tmp), safe_serialization=True)
-        else:
-            policy.save_adapter(tmp)
-            if Path(base).is_absolute() and inside(Path(base), Path(run_dir)):  # the run's own base: carry a copy
-                shutil.copytree(base, tmp / BASE_MODEL_DIR)
-                base = str(out.resolve() / BASE_MODEL_DIR)
-            _name_base_model(tmp / "adapter_config.json", base)
-            _check_adapter_config(tmp / "adapter_config.json", policy.model.peft_config["default"])
-        policy.tokenizer.save_pretrained(str(tmp))
-        (tmp / EXPORT_MARKER).write_text(json.dumps(
-            {"run_dir": str(Path(run_dir).resolve()), "algo": config.algo.method, "env": config.env.id,
-             "num_timesteps": int(model.num_timesteps), "merged": merged, "base_model": base}, indent=2) + "\n")
+        with quiet_library_bars():
+            _write_export(tmp, out, run_dir, config, model, merged)
         _swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _write_export(tmp: Path, out: Path, run_dir: str | Path, config: Any, model: Any, merged: bool) -> None:
+    """Write the export of ``model`` (trained by the run ``run_dir`` with ``config``) into ``tmp``,
+    the folder that becomes ``out``."""
+    policy = model.policy
+    base = _resolved(str(policy.model_name))
+    if merged:
+        merged_model = policy.model.merge_and_unload()
+        merged_model.save_pretrained(str(tmp), safe_serialization=True)
+    else:
+        policy.save_adapter(tmp)
+        if Path(base).is_absolute() and inside(Path(base), Path(run_dir)):  # the run's own base: carry a copy
+            shutil.copytree(base, tmp / BASE_MODEL_DIR)
+            base = str(out.resolve() / BASE_MODEL_DIR)
+        _name_base_model(tmp / "adapter_config.json", base)
+        _check_adapter_config(tmp / "adapter_config.json", policy.model.peft_config["default"])
+    policy.tokenizer.save_pretrained(str(tmp))
+    (tmp / EXPORT_MARKER).write_text(json.dumps(
+        {"run_dir": str(Path(run_dir).resolve()), "algo": config.algo.method, "env": config.env.id,
+         "num_timesteps": int(model.num_timesteps), "merged": merged, "base_model": base}, indent=2) + "\n")
 
 
 def _swap_in(new: Path, out: Path) -> None:

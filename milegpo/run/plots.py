@@ -11,7 +11,7 @@ import csv
 import json
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,34 +58,36 @@ def read_progress(path: str | Path) -> dict[str, list[float]]:
 
 
 def plot_learning_curve(progress_csv: str | Path, out_png: str | Path, title: str = "",
-                        eval_split: str | None = None) -> Path:
-    """Success rate of the train rollouts and of the held-out evaluation against env steps.
+                        eval_splits: Sequence[str] = ()) -> Path:
+    """Success rate of the train rollouts and of every held-out split against env steps.
 
-    The held-out points come from ``eval.jsonl`` beside ``progress.csv`` when it exists
-    (exact step counts, the untrained policy at 0), else from the csv's ``eval/<split>/*`` column;
-    ``eval_split`` names their split in the legend (drawn below the axes, hiding no point).
+    Each split's points are its ``eval/<split>/success_rate`` column of ``progress.csv`` (row 0:
+    the untrained policy); for a log without such columns, ``eval.jsonl`` beside it (one split).
+    The legend is drawn below the axes, hiding no point.
     """
     data = read_progress(progress_csv)
     steps = data.get("time/total_timesteps", [])
     fig, ax = plt.subplots(figsize=(6, 4))
     train = [(s, v) for s, v in zip(steps, data.get("rollout/success_rate", [])) if not math.isnan(v)]
+    series: list[tuple[str, str | None, list[tuple[float, float]]]] = [("train rollouts", None, train)]
+    splits = list(eval_splits) or sorted(key.split("/")[1] for key in data
+                                         if key.startswith("eval/") and key.endswith("/success_rate"))
+    for split in splits:
+        column = data.get(f"eval/{split}/success_rate", [])
+        series.append((f"held-out {split}", "o", [(s, v) for s, v in zip(steps, column) if not math.isnan(v)]))
     eval_file = Path(progress_csv).with_name(EVAL_CURVE_FILE)
-    if eval_file.exists():
+    if len(series) == 1 and eval_file.exists():
         rows = [json.loads(line) for line in eval_file.read_text().splitlines() if line.strip()]
-        held_out = [(row["num_timesteps"], row["success_rate"]) for row in rows]
-    else:
-        column = data.get(f"eval/{eval_split}/success_rate", data.get("eval/success_rate", []))
-        held_out = [(s, v) for s, v in zip(steps, column) if not math.isnan(v)]
-    eval_label = f"held-out eval ({eval_split})" if eval_split else "held-out eval"
-    for points, label, marker in ((train, "train rollouts", None), (held_out, eval_label, "o")):
+        series.append(("held-out eval", "o", [(row["num_timesteps"], row["success_rate"]) for row in rows]))
+    for label, marker, points in series:
         if points:
             ax.plot(*zip(*points), marker=marker, label=label)
     ax.set_xlabel("env steps")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    if train or held_out:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    if any(points for _, _, points in series):
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(series), 3), frameon=False)
     ax.set_title(title or "learning curve")
     return _save(fig, out_png)
 
@@ -143,31 +145,35 @@ def plot_trajectory_credit(batch: StepBatch, traj_id: int | None, out_png: str |
     credit = credit_of_trajectory(batch, traj_id, methods, configs)
     rows = np.flatnonzero(batch.traj_ids == traj_id)
     rows = rows[np.argsort(batch.step_idx[rows], kind="stable")]
-    n_steps, width = len(rows), 0.8 / max(len(methods), 1)
-    fig, ax = plt.subplots(figsize=(min(max(7.0, 0.45 * n_steps + 2.5), 30.0), 4.8))
+    n_steps = len(rows)
+    # one panel per method, each on its own scale: the methods' advantages differ in scale (RLOO's
+    # are raw returns, the others normalised), so on one axis the largest would flatten the rest
+    fig, axes = plt.subplots(len(methods), 1, figsize=(min(max(7.0, 0.3 * n_steps + 2.5), 30.0),
+                                                       1.2 * len(methods) + 2.2), sharex=True, squeeze=False)
     x = np.arange(n_steps)
-    for k, method in enumerate(methods):
-        ax.bar(x + (k - (len(methods) - 1) / 2) * width, credit[method], width,
-               label=METHOD_LABELS.get(method, method))
-    ax.axhline(0.0, color="black", linewidth=0.8)
+    won = bool(batch.success[traj_id])
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (ax, method) in enumerate(zip(axes[:, 0], methods)):
+        ax.bar(x, credit[method], 0.8, color=colors[k % len(colors)])
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_ylabel(METHOD_LABELS.get(method, method), rotation=0, ha="right", va="center", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_facecolor("#eef7ee" if won else "#f9ecec")
+    bottom = axes[-1, 0]
     if all(np.allclose(values, 0.0) for values in credit.values()):
-        ax.text(0.5, 0.5, "every step gets 0: the outcomes of this task's group do not differ",
-                transform=ax.transAxes, ha="center", va="center", fontsize=9)
-    ax.set_xticks(x)
-    ax.set_xticklabels([f"{t}: {_shorten(a)}" for t, a in enumerate(batch.actions[rows])], rotation=60, ha="right",
-                       fontsize=7)
-    for label, valid in zip(ax.get_xticklabels(), batch.valid[rows]):
+        axes[0, 0].text(0.5, 0.5, "every step gets 0: the outcomes of this task's group do not differ",
+                        transform=axes[0, 0].transAxes, ha="center", va="center", fontsize=9)
+    bottom.set_xticks(x)
+    bottom.set_xticklabels([f"{t}: {_shorten(a)}" for t, a in enumerate(batch.actions[rows])], rotation=60,
+                           ha="right", fontsize=7)
+    for label, valid in zip(bottom.get_xticklabels(), batch.valid[rows]):
         if not valid:
             label.set_color("red")
-    won = bool(batch.success[traj_id])
-    ax.set_facecolor("#eef7ee" if won else "#f9ecec")
-    ax.set_ylabel("step advantage")
-    ax.set_xlabel("step: action (red: invalid)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, ncol=len(methods))
+    bottom.set_xlabel("step: action (red: invalid)")
     outcome = f"{'success' if won else 'failure'}, return {batch.outcomes[traj_id]:g}, {n_steps} steps"
-    heading = f"trajectory {traj_id} of task {batch.task_ids[rows[0]]}: {outcome}"
-    ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=10)
+    heading = f"trajectory {traj_id} of task {batch.task_ids[rows[0]]}: {outcome}; step advantage per method"
+    axes[0, 0].set_title(f"{title}\n{heading}" if title else heading, fontsize=10)
     return _save(fig, out_png)
 
 
@@ -182,12 +188,12 @@ def plot_run_trajectory_credit(run_dir: str | Path, traj_id: int | None = None) 
         return None
     configs: dict[str, dict[str, Any]] = {}
     if (run_dir / "config.json").exists():
-        config = json.loads((run_dir / "config.json").read_text())
-        if config.get("credit_preset"):
-            configs["milegpo"] = {"preset": config["credit_preset"]}
-        algo = config.get("algo")
-        if algo in CREDIT_METHODS:
-            configs[algo] = {**configs.get(algo, {}), **(config.get("credit_kwargs") or {})}
+        algo = json.loads((run_dir / "config.json").read_text()).get("algo", {})
+        if algo.get("credit_preset"):
+            configs["milegpo"] = {"preset": algo["credit_preset"]}
+        method = algo.get("method")
+        if method in CREDIT_METHODS:
+            configs[method] = {**configs.get(method, {}), **(algo.get("credit_kwargs") or {})}
     batch, meta = load_step_batch(run_dir / LAST_BATCH_FILE)
     title = f"{run_dir.name}, iteration {meta['iteration']}" if "iteration" in meta else run_dir.name
     return plot_trajectory_credit(batch, traj_id, run_dir / TRAJECTORY_CREDIT_PNG, configs=configs, title=title)

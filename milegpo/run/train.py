@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from milegpo.envs import env_vocabulary, make_env
-from milegpo.run.config import TrainConfig
+from milegpo.run.config import TrainConfig, eval_task_seeds
 from milegpo.run_folder import (
     BASE_MODEL_DIR,
     CHECKPOINTS_DIR,
@@ -70,14 +70,10 @@ def prepare_model(config: TrainConfig, run_dir: Path) -> str:
     target = run_base_model(config, run_dir)
     if config.policy.model is not None or (Path(target) / "config.json").exists():
         return target
-    from milegpo.policies import PROMPT_TEMPLATES, tiny_model
-    from milegpo.policies.prompts import HISTORY_HEADER, HISTORY_STEP, INSTRUCTIONS
+    from milegpo.policies.tiny import env_tiny_model
 
     texts = env_vocabulary(config.env.id, config.env.kwargs_for(config.env.train_split), seed=config.run.seed)
-    texts += [*PROMPT_TEMPLATES.values(), HISTORY_HEADER, HISTORY_STEP, *map(str, INSTRUCTIONS.values())]
-    tiny = config.run.tiny_model
-    return tiny_model(texts, Path(target), hidden_size=tiny.hidden_size, num_layers=tiny.layers,
-                      num_heads=tiny.heads, seed=config.run.seed)
+    return env_tiny_model(texts, target, config.run.tiny_model, seed=config.run.seed)
 
 
 def eval_seed(config: TrainConfig, split: str | None) -> int:
@@ -118,11 +114,12 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     run folder.
     """
     from milegpo.algos import distributed
-    from milegpo.run.checks import check_setup
+    from milegpo.run.checks import check_setup, fit_splits_to_env
     from milegpo.run.tracking import check_available
 
     if restart and not resume:
         raise ValueError("--restart applies to a resumed run: milegpo train --resume RUN_DIR --restart")
+    config = fit_splits_to_env(config, verbose)
     check_setup(config)
     check_available(config.run.report_to)
     config = with_absolute_model_path(config)
@@ -156,7 +153,7 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     if resume:
         if main:
             _remove_stale_saves(run_dir, verbose)
-        if _finished(run_dir, config, verbose, main):
+        if _finished(run_dir, config, verbose, main, progress_bar):
             return run_dir
         refusal = None
         if main:
@@ -216,7 +213,8 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
         callbacks.append(CheckpointCallback(config.run.checkpoint_freq, run_dir / CHECKPOINTS_DIR))
         for index, split in enumerate(config.eval.splits):  # every split in the log rows, the first is eval.jsonl
             eval_envs.append(_eval_env(config, split))
-            callbacks.append(EvalCallback(eval_envs[-1], eval_freq=config.eval.freq, n_eval_tasks=config.eval.n_tasks,
+            callbacks.append(EvalCallback(eval_envs[-1], eval_freq=config.eval.freq,
+                                          task_seeds=eval_task_seeds(split, config.eval.n_tasks),
                                           seed=eval_seed(config, split), log_name=f"eval/{split}",
                                           curve_file=EVAL_CURVE_FILE if index == 0 else None,
                                           **_eval_sampling(config)))
@@ -235,7 +233,7 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
             eval_env.close()
     if main:
         model.save(run_dir / FINAL_DIR)
-        _finish(model, config, run_dir, verbose, logger=model.logger)
+        _finish(model, config, run_dir, verbose, progress_bar, logger=model.logger)
     distributed.barrier(world)  # the other ranks wait for rank 0's final save and evaluation
     return run_dir
 
@@ -344,7 +342,7 @@ def _latest_intact(folder: Path) -> str | None:
     return None
 
 
-def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = True) -> bool:
+def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = True, progress_bar: bool = True) -> bool:
     """Whether a run folder's final checkpoint already reached ``config.run.total_timesteps``;
     if only its final evaluation is missing (killed during it), rank 0 runs that."""
     from milegpo.algos import ALGORITHMS
@@ -368,18 +366,19 @@ def _finished(run_dir: Path, config: TrainConfig, verbose: int, main: bool = Tru
         return True
     model = ALGORITHMS[config.algo.method].load(run_dir / FINAL_DIR, device=config.run.device,
                                                 base_model=run_base_model(config, run_dir))
-    _finish(model, config, run_dir, verbose)
+    _finish(model, config, run_dir, verbose, progress_bar)
     return True
 
 
-def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, logger: Any = None) -> None:
+def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, progress_bar: bool,
+            logger: Any = None) -> None:
     """Final held-out evaluation and plots of a trained run; both go to the experiment trackers
     (those of ``logger``, or opened again for a run whose final evaluation a kill interrupted)."""
     from stable_baselines3.common.logger import Logger
 
     from milegpo.run.tracking import finish_trackers, tracker_formats
 
-    results = evaluate_model(model, config, progress=bool(verbose))
+    results = evaluate_model(model, config, progress=progress_bar and bool(verbose))
     (run_dir / EVAL_FINAL_FILE).write_text(json.dumps(results, indent=2) + "\n")
     write_plots_safely(run_dir)
     if logger is None:
@@ -408,8 +407,8 @@ def evaluate_model(model: Any, config: TrainConfig, splits: list[str] | None = N
     for split in splits or config.eval.splits:  # none: the run has no held-out evaluation
         env = _eval_env(config, split)
         try:
-            result = model.evaluate(env, n_episodes=n_tasks or config.eval.n_tasks, seed=eval_seed(config, split),
-                                    progress=progress, **_eval_sampling(config))
+            result = model.evaluate(env, task_seeds=eval_task_seeds(split, n_tasks or config.eval.n_tasks),
+                                    seed=eval_seed(config, split), progress=progress, **_eval_sampling(config))
         finally:
             env.close()
         results[str(split)] = {k: v for k,
@@ -468,7 +467,6 @@ def write_plots(run_dir: Path) -> None:
     progress = run_dir / PROGRESS_FILE
     if _has_progress(run_dir):
         config = TrainConfig.from_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).exists() else TrainConfig()
-        eval_split = config.eval.splits[0] if config.eval.splits else None
-        plot_learning_curve(progress, run_dir / LEARNING_CURVE_PNG, title=run_dir.name, eval_split=eval_split)
+        plot_learning_curve(progress, run_dir / LEARNING_CURVE_PNG, title=run_dir.name, eval_splits=config.eval.splits)
         plot_credit_diagnostics(progress, run_dir / CREDIT_DIAGNOSTICS_PNG, title=run_dir.name)
     plot_run_trajectory_credit(run_dir)  # trajectory_credit.png from last_batch.npz (nothing without one)
