@@ -1,4 +1,4 @@
-"""Group RL algorithms for text agents: MileGPO and the GraphGPO, HGPO, GiGPO, RLOO, GRPO baselines.
+"""Group RL algorithms for text agents: MileGPO and the GraphGPO, HGPO, GiGPO, GAGPO, RLOO, GRPO baselines.
 
 All of them share :class:`~milegpo.algos.base.GroupRLAlgorithm` (an SB3
 ``OnPolicyAlgorithm``) and differ only by their credit function
@@ -19,6 +19,7 @@ _LAZY = {
     "GiGPO": "milegpo.algos.algorithms",
     "RLOO": "milegpo.algos.algorithms",
     "GRPO": "milegpo.algos.algorithms",
+    "GAGPO": "milegpo.algos.algorithms",
     "GroupRLAlgorithm": "milegpo.algos.base",
     "TextRolloutBuffer": "milegpo.algos.buffer",
     "IterationCallback": "milegpo.algos.callbacks",

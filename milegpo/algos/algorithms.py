@@ -69,6 +69,14 @@ class MileGPO(GroupRLAlgorithm):
     credit_method: ClassVar[str] = "milegpo"
 
 
+class GAGPO(GroupRLAlgorithm):
+    """GAGPO (arXiv 2605.13217): the generalised advantage estimate of TD errors against a value
+    proxy, the mean discounted return of the task's steps taken from the same state, normalised per task
+    (:mod:`milegpo.credit.gagpo`)."""
+
+    credit_method: ClassVar[str] = "gagpo"
+
+
 #: Algorithm classes by name (for the CLI and scripts).
 ALGORITHMS: dict[str, type[GroupRLAlgorithm]] = {"milegpo": MileGPO, "graphgpo": GraphGPO, "hgpo": HGPO, "gigpo": GiGPO,
-                                                  "rloo": RLOO, "grpo": GRPO}
+                                                  "rloo": RLOO, "grpo": GRPO, "gagpo": GAGPO}

@@ -8,7 +8,8 @@ advantage per step row, for ``method`` in :data:`CREDIT_METHODS`:
 * ``"gigpo"``    - :mod:`~milegpo.credit.gigpo`, + anchor-state step groups;
 * ``"hgpo"``     - :mod:`~milegpo.credit.hgpo`, step groups by shared history of 1..H+1 states;
 * ``"graphgpo"`` - :mod:`~milegpo.credit.graphgpo`, + distance to goal on the task graph;
-* ``"milegpo"``  - :mod:`~milegpo.credit.milegpo`, + milestone / trap shaping.
+* ``"milegpo"``  - :mod:`~milegpo.credit.milegpo`, + milestone / trap shaping;
+* ``"gagpo"``    - :mod:`~milegpo.credit.gagpo`, GAE over the mean return of same-state steps.
 
 Example::
 
@@ -21,6 +22,7 @@ Example::
 from milegpo.credit.api import CREDIT_METHODS, compute_credit, credit_of_trajectory, make_credit_config
 from milegpo.credit.base import CreditConfig
 from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.gagpo import GAGPOConfig
 from milegpo.credit.gigpo import GiGPOConfig
 from milegpo.credit.graph import TaskGraph, build_task_graph
 from milegpo.credit.graphgpo import GraphGPOConfig
@@ -32,6 +34,6 @@ from milegpo.credit.rloo import RLOOConfig
 __all__ = [
     "CREDIT_METHODS", "compute_credit", "credit_of_trajectory", "make_credit_config",
     "StepBatch", "CreditResult", "CreditConfig", "GRPOConfig", "RLOOConfig", "GiGPOConfig", "HGPOConfig",
-    "GraphGPOConfig", "MileGPOConfig",
+    "GraphGPOConfig", "MileGPOConfig", "GAGPOConfig",
     "TaskGraph", "build_task_graph", "MilestoneEvidence", "milestone_evidence",
 ]

@@ -9,6 +9,7 @@ import numpy as np
 
 from milegpo.credit.base import CreditConfig
 from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.gagpo import GAGPOConfig, gagpo
 from milegpo.credit.gigpo import GiGPOConfig, gigpo
 from milegpo.credit.graphgpo import GraphGPOConfig, graphgpo
 from milegpo.credit.grpo import GRPOConfig, grpo
@@ -23,6 +24,7 @@ _REGISTRY: dict[str, tuple[Callable[..., CreditResult], type[CreditConfig]]] = {
     "hgpo": (hgpo, HGPOConfig),
     "graphgpo": (graphgpo, GraphGPOConfig),
     "milegpo": (milegpo, MileGPOConfig),
+    "gagpo": (gagpo, GAGPOConfig),
 }
 
 CREDIT_METHODS: tuple[str, ...] = tuple(_REGISTRY)
