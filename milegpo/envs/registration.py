@@ -106,6 +106,11 @@ def resolve_env_id(env_id: str) -> str:
         if name not in gym.registry and isinstance(attribute, type) and issubclass(attribute, TextEnv):
             register_env(env_id, env_id)  # by name: worker processes import the module themselves
             return env_id
+        if name not in gym.registry:
+            what = f"a {type(attribute).__name__}, not a TextEnv class" if attribute is not None else "not defined"
+            raise UnknownEnvError(f"env id {env_id}: {module_name!r} imported, but it registers no env id {name!r} "
+                                  f"and {name!r} is {what} there. Registered text envs:\n  "
+                                  + "\n  ".join(registered_env_ids()))
         env_id = name
     if env_id not in gym.registry:
         _load_entry_points()

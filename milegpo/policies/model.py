@@ -52,6 +52,41 @@ def check_torchvision() -> None:
                           "(or install the torchvision release built for this torch)") from None
 
 
+#: seconds to wait for the model hub before a hub model that is not cached is reported unreachable
+HUB_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_model_source(name: str) -> None:
+    """``ValueError`` (one line, what to pass instead) unless ``name`` can load without waiting: a local
+    folder, a hub model in the local cache, or a hub that answers within seconds. Without this, an
+    unreachable hub means a minute of transformers' retries and then its raw error."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if os.path.exists(os.path.expanduser(name)):
+        return
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ValueError(f"model path {name!r} does not exist: give a folder with a transformers model (config.json, "
+                         "weights, tokenizer) or a hub name such as Qwen/Qwen2.5-1.5B-Instruct")
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    instead = ("give a local folder (policy_kwargs={'model': '/path/to/model'}, policy.model=/path), or no model "
+               "for the offline demo setting")
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: {instead}")
+    endpoint = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", endpoint.port or 443),
+                                 timeout=HUB_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ValueError(f"model {name!r} is not in the local Hugging Face cache and the hub ({constants.ENDPOINT}) "
+                         f"does not answer ({exc.strerror or type(exc).__name__}): {instead}; set HF_HUB_OFFLINE=1 "
+                         "to use the cache only") from None
+
+
 @contextmanager
 def quiet_library_bars() -> Iterator[None]:
     """transformers' (and huggingface_hub's) own progress bars off while a model is loaded or saved:
@@ -82,6 +117,7 @@ def load_lora_model(name: str, lora: LoraConfig, device: str | th.device, dtype:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = resolve_device(device)
+    check_model_source(name)
     with quiet_library_bars():
         tokenizer = AutoTokenizer.from_pretrained(name)
         base = AutoModelForCausalLM.from_pretrained(name, dtype=resolve_dtype(dtype, device))

@@ -116,20 +116,20 @@ def _check_first_state(env: Any, config: TrainConfig, split: str | None) -> None
 
 
 def _check_model(model: str | None) -> None:
-    """A model path must exist, a hub name must resolve (from the local cache when offline)."""
+    """A model path must exist, a hub name must load (from the local cache, or a hub that answers)."""
     if model is None:
         return
-    local = os.path.exists(os.path.expanduser(model))
-    if not local and (model.startswith((".", "/", "~")) or model.count("/") > 1 or os.sep + os.sep in model):
-        raise ValueError(f"model path {model!r} does not exist: give a folder with a transformers model "
-                         "(config.json, weights, tokenizer) or a hub name such as Qwen/Qwen2.5-1.5B-Instruct")
+    from milegpo.policies.model import check_model_source
+
+    check_model_source(model)
     from transformers import AutoConfig
 
+    local = os.path.exists(os.path.expanduser(model))
     try:
         AutoConfig.from_pretrained(os.path.expanduser(model))
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        where = "the folder" if local else "the hub name (needs network or the local hub cache)"
+        where = "the folder" if local else "the hub name"
         raise ValueError(f"cannot load model {model!r}: {first_line}. Check {where}") from None
 
 
