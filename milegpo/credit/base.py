@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from milegpo.credit.graph import TaskGraph
+from milegpo.credit.graph import TaskGraph, TaskGroups
 from milegpo.credit.norm import check_norm
 
 C = TypeVar("C", bound="CreditConfig")
@@ -76,7 +76,7 @@ def sign_flip_fraction(advantages: np.ndarray, episode: np.ndarray) -> float:
     return float(np.mean(np.sign(advantages[mask]) != np.sign(episode[mask])))
 
 
-def common_diagnostics(graph: TaskGraph, advantages: np.ndarray, episode: np.ndarray) -> dict[str, Any]:
+def common_diagnostics(graph: TaskGroups, advantages: np.ndarray, episode: np.ndarray) -> dict[str, Any]:
     """Batch sizes, advantage statistics and the sign-flip share, for every method."""
     n = len(advantages)
     return {

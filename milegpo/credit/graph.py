@@ -68,10 +68,50 @@ def trajectory_order(batch: StepBatch) -> np.ndarray:
 
 
 def index_strings(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Map strings to dense integer ids (one id space over all arrays)."""
-    ids: dict[object, int] = {}
-    return tuple(np.fromiter((ids.setdefault(k, len(ids)) for k in a), dtype=np.int64, count=len(a))
-                 for a in arrays)
+    """Map strings to dense integer ids (one id space over all arrays), numbered in order of first
+    appearance (the arrays read one after the other).
+
+    Vectorised: each string's hash goes through :func:`numpy.unique`, then every string is compared
+    with the first one of its hash (a C loop), so a hash collision is caught and the keys are then
+    numbered through a dict instead - the ids are exact either way."""
+    lengths = [len(a) for a in arrays]
+    keys = np.concatenate([np.asarray(a, dtype=object) for a in arrays]) if arrays else np.zeros(0, dtype=object)
+    hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    if np.all(keys == keys[first[inverse]]):
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        ids = rank[inverse.reshape(-1)]
+    else:  # two different keys share a hash
+        seen: dict[object, int] = {}
+        ids = np.fromiter((seen.setdefault(k, len(seen)) for k in keys), dtype=np.int64, count=len(keys))
+    return tuple(np.split(ids, np.cumsum(lengths)[:-1])) if arrays else ()
+
+
+def state_key_ids(batch: StepBatch, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`index_strings` of ``(batch.state_keys, batch.next_state_keys)``, interning each distinct
+    key once.
+
+    A step's next state is nearly always the state of the trajectory's next step (``order`` is
+    :func:`trajectory_order`): those next-state keys are checked equal to it in one vectorised
+    comparison and take its id, so only the state column and the other next states (last steps,
+    anything else) are interned. Their keys are new in row order exactly as in the two-column
+    interning, so the ids are the same."""
+    src_key, dst_key = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(order) == 0:
+        return src_key, dst_key
+    rows, successors = order[:-1], order[1:]
+    linked = batch.traj_ids[rows] == batch.traj_ids[successors]
+    rows, successors = rows[linked], successors[linked]
+    same = batch.next_state_keys[rows] == batch.state_keys[successors]
+    rest = np.ones(batch.num_steps, dtype=bool)
+    rest[rows[same]] = False
+    rest_rows = np.flatnonzero(rest)
+    src_key, rest_key = index_strings(batch.state_keys, batch.next_state_keys[rest_rows])
+    dst_key = np.empty(batch.num_steps, dtype=np.int64)
+    dst_key[rows[same]] = src_key[successors[same]]
+    dst_key[rest_rows] = rest_key
+    return src_key, dst_key
 
 
 def segment_starts(sorted_ids: np.ndarray) -> np.ndarray:
@@ -82,16 +122,31 @@ def segment_starts(sorted_ids: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class TaskGraph:
-    """The task-local graphs of one batch, as flat arrays (nodes sorted by task).
-
-    Build it with :func:`build_task_graph`. Tasks are renumbered ``0..Q-1`` in
-    increasing order of ``batch.task_ids`` (``task_values`` maps back).
-    """
+class TaskGroups:
+    """The tasks and trajectories of one batch, without any state: all that the outcome-only
+    methods (GRPO, RLOO) read. Build it with :func:`build_task_groups`. Tasks are renumbered
+    ``0..Q-1`` in increasing order of ``batch.task_ids`` (``task_values`` maps back)."""
 
     num_tasks: int
     task_values: np.ndarray  # (Q,) original task id
     row_task: np.ndarray  # (N,) dense task of each row
+    traj_task: np.ndarray  # (T,) dense task of each trajectory, -1 if it has no rows
+    traj_success: np.ndarray  # (T,) bool
+    task_n_traj: np.ndarray  # (Q,) K_q
+    task_n_succ: np.ndarray  # (Q,) |T_q^+|
+
+    @property
+    def task_p_plus(self) -> np.ndarray:
+        """(Q,) :math:`p_q^+ = |T_q^+| / K_q`."""
+        return self.task_n_succ / np.maximum(self.task_n_traj, 1)
+
+
+@dataclass
+class TaskGraph(TaskGroups):
+    """The task-local graphs of one batch, as flat arrays (nodes sorted by task), with its
+    :class:`TaskGroups`. Build it with :func:`build_task_graph`.
+    """
+
     row_src: np.ndarray  # (N,) node of s_t
     row_dst: np.ndarray  # (N,) node of s_{t+1} (g for the last step of a success)
     row_edge: np.ndarray  # (N,) edge of the row's transition
@@ -101,10 +156,6 @@ class TaskGraph:
     is_start: np.ndarray  # (V,) bool - s_0 of some trajectory
     edge_src: np.ndarray  # (E,) sorted by (src, dst)
     edge_dst: np.ndarray  # (E,)
-    traj_task: np.ndarray  # (T,) dense task of each trajectory, -1 if it has no rows
-    traj_success: np.ndarray  # (T,) bool
-    task_n_traj: np.ndarray  # (Q,) K_q
-    task_n_succ: np.ndarray  # (Q,) |T_q^+|
     node_n_traj: np.ndarray  # (V,) |T(v)|
     node_n_succ: np.ndarray  # (V,) |T^+(v)|
     node_n_revisit: np.ndarray  # (V,) visits beyond the first, summed over trajectories
@@ -133,11 +184,6 @@ class TaskGraph:
     @property
     def num_edges(self) -> int:
         return len(self.edge_src)
-
-    @property
-    def task_p_plus(self) -> np.ndarray:
-        """(Q,) :math:`p_q^+ = |T_q^+| / K_q`."""
-        return self.task_n_succ / np.maximum(self.task_n_traj, 1)
 
     @property
     def node_p_plus(self) -> np.ndarray:
@@ -201,6 +247,30 @@ class _ReversedEdges:
         return self.src[offsets], self.dst[offsets]
 
 
+def build_task_groups(batch: StepBatch, success: np.ndarray | None = None) -> TaskGroups:
+    """The tasks and trajectories of ``batch`` (no state is read).
+
+    :param batch: the steps.
+    :param success: (T,) bool success per trajectory (default ``batch.success``).
+    """
+    success = batch.success if success is None else np.asarray(success, dtype=bool)
+    if len(success) != batch.num_trajectories:
+        raise ValueError(f"success has {len(success)} entries, the batch has {batch.num_trajectories} trajectories")
+    task_values, row_task = np.unique(batch.task_ids, return_inverse=True)
+    row_task = row_task.astype(np.int64).reshape(-1)
+    num_tasks = len(task_values)
+    traj_task = np.full(batch.num_trajectories, -1, dtype=np.int64)
+    traj_task[batch.traj_ids] = row_task
+    if np.any(traj_task[batch.traj_ids] != row_task):
+        bad = int(batch.traj_ids[np.flatnonzero(traj_task[batch.traj_ids] != row_task)[0]])
+        raise ValueError(f"trajectory {bad} has rows in more than one task")
+    traj_success = success & (traj_task >= 0)
+    return TaskGroups(num_tasks=num_tasks, task_values=task_values, row_task=row_task, traj_task=traj_task,
+                      traj_success=traj_success,
+                      task_n_traj=np.bincount(traj_task[traj_task >= 0], minlength=num_tasks),
+                      task_n_succ=np.bincount(traj_task[traj_success], minlength=num_tasks))
+
+
 def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> TaskGraph:
     """Build the task-local graphs of ``batch``.
 
@@ -208,31 +278,20 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     :param success: (T,) bool success per trajectory (default ``batch.success``);
         decides which trajectories point to the goal node.
     """
+    groups = build_task_groups(batch, success)
     success = batch.success if success is None else np.asarray(success, dtype=bool)
-    if len(success) != batch.num_trajectories:
-        raise ValueError(f"success has {len(success)} entries, the batch has {batch.num_trajectories} trajectories")
-    n_traj = batch.num_trajectories
-    task_values, row_task = np.unique(batch.task_ids, return_inverse=True)
-    row_task = row_task.astype(np.int64)
-    num_tasks = len(task_values)
+    row_task, traj_success = groups.row_task, groups.traj_success
 
-    # Trajectories: their task, first and last rows.
+    # Trajectories: their first and last rows.
     order = trajectory_order(batch)
     starts = segment_starts(batch.traj_ids[order])
     first_rows = order[starts]
     last_rows = order[np.r_[starts[1:] - 1, len(order) - 1]] if len(order) else order
-    traj_task = np.full(n_traj, -1, dtype=np.int64)
-    traj_task[batch.traj_ids] = row_task
-    if np.any(traj_task[batch.traj_ids] != row_task):
-        bad = int(batch.traj_ids[np.flatnonzero(traj_task[batch.traj_ids] != row_task)[0]])
-        raise ValueError(f"trajectory {bad} has rows in more than one task")
-    traj_success = success & (traj_task >= 0)
 
     # Nodes: (task, key) pairs; the goal gets its own key id per task.
-    src_key, dst_key = index_strings(batch.state_keys, batch.next_state_keys)
+    src_key, dst_key = state_key_ids(batch, order)
     n_keys = int(max(src_key.max(initial=-1), dst_key.max(initial=-1))) + 2
     goal_id = n_keys - 1
-    dst_key = dst_key.copy()
     to_goal = last_rows[success[batch.traj_ids[last_rows]]]
     dst_key[to_goal] = goal_id
     codes = np.concatenate([row_task * n_keys + src_key, row_task * n_keys + dst_key])
@@ -268,16 +327,14 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     edge_n_traj = np.bincount(epair_edge, minlength=num_edges)
     edge_n_succ = np.bincount(epair_edge, weights=traj_success[epair_traj], minlength=num_edges).astype(np.int64)
 
-    task_n_traj = np.bincount(traj_task[traj_task >= 0], minlength=num_tasks)
-    task_n_succ = np.bincount(traj_task[traj_success], minlength=num_tasks)
-
     return TaskGraph(
-        num_tasks=num_tasks, task_values=task_values, row_task=row_task, row_src=row_src, row_dst=row_dst,
-        row_edge=row_edge, node_task=node_task, node_key=node_key, is_goal=is_goal, is_start=is_start,
-        edge_src=edge_src, edge_dst=edge_dst, traj_task=traj_task, traj_success=traj_success,
-        task_n_traj=task_n_traj, task_n_succ=task_n_succ, node_n_traj=node_n_traj, node_n_succ=node_n_succ,
-        node_n_revisit=node_n_revisit, edge_n_traj=edge_n_traj, edge_n_succ=edge_n_succ,
+        **vars(groups), row_src=row_src, row_dst=row_dst, row_edge=row_edge, node_task=node_task,
+        node_key=node_key, is_goal=is_goal, is_start=is_start, edge_src=edge_src, edge_dst=edge_dst,
+        node_n_traj=node_n_traj, node_n_succ=node_n_succ, node_n_revisit=node_n_revisit,
+        edge_n_traj=edge_n_traj, edge_n_succ=edge_n_succ,
     )
+
+
 
 
 def _distance_to_goal(edge_src: np.ndarray, edge_dst: np.ndarray, is_goal: np.ndarray,

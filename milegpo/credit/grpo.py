@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from milegpo.credit.base import CreditConfig, common_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
-from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.graph import TaskGroups, build_task_groups
 from milegpo.credit.norm import episode_scores
 
 
@@ -24,10 +24,10 @@ class GRPOConfig(CreditConfig):
     """GRPO hyperparameters: only the normalisation (see :class:`CreditConfig`)."""
 
 
-def grpo(batch: StepBatch, config: GRPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
+def grpo(batch: StepBatch, config: GRPOConfig | None = None, graph: TaskGroups | None = None) -> CreditResult:
     """GRPO credit: the task-normalised outcome of each step's trajectory."""
     config = config or GRPOConfig()
-    graph = graph or build_task_graph(batch)
+    graph = graph or build_task_groups(batch)  # tasks and trajectories only: no state graph
     episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
     diagnostics = {"method": "grpo", **common_diagnostics(graph, episode, episode)}
     return CreditResult(advantages=episode.copy(), diagnostics=diagnostics, components={"episode": episode})

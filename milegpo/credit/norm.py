@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from milegpo.credit.batch import StepBatch
-from milegpo.credit.graph import TaskGraph
+from milegpo.credit.graph import TaskGroups
 
 NORM_MODES = ("mean_std_norm", "mean_norm")
 
@@ -46,7 +46,7 @@ def group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: st
     return dev
 
 
-def episode_term(graph: TaskGraph, outcomes: np.ndarray, norm: str, epsilon: float) -> np.ndarray:
+def episode_term(graph: TaskGroups, outcomes: np.ndarray, norm: str, epsilon: float) -> np.ndarray:
     r"""(N,) :math:`\text{Norm}_q(Z_i)` of each row's trajectory, normalised once per trajectory.
 
     GiGPO quirk decided **(ours)**: the episode statistics are taken over the task's
@@ -69,7 +69,7 @@ def invalid_penalties(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
     return batch.rewards + penalties, penalties
 
 
-def upstream_episode_term(batch: StepBatch, graph: TaskGraph, norm: str, epsilon: float) -> np.ndarray:
+def upstream_episode_term(batch: StepBatch, graph: TaskGroups, norm: str, epsilon: float) -> np.ndarray:
     r"""(N,) verl-agent's episode term: :math:`\text{Norm}_q` of each *row's* score, over the task's rows.
 
     A row's score is its trajectory's env reward sum (penalties left out) minus the
@@ -83,7 +83,7 @@ def upstream_episode_term(batch: StepBatch, graph: TaskGraph, norm: str, epsilon
     return group_normalize(scores, graph.row_task, graph.num_tasks, norm, epsilon)
 
 
-def episode_scores(batch: StepBatch, graph: TaskGraph, norm: str, epsilon: float, upstream_exact: bool) -> np.ndarray:
+def episode_scores(batch: StepBatch, graph: TaskGroups, norm: str, epsilon: float, upstream_exact: bool) -> np.ndarray:
     """(N,) the episode term of every row: ours (:func:`episode_term` of ``batch.outcomes``) or
     verl-agent's (:func:`upstream_episode_term`)."""
     if upstream_exact:

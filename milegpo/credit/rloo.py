@@ -19,7 +19,7 @@ import numpy as np
 
 from milegpo.credit.base import CreditConfig, common_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
-from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.graph import TaskGroups, build_task_groups
 from milegpo.credit.norm import episode_scores
 
 
@@ -36,10 +36,10 @@ class RLOOConfig(CreditConfig):
                              "(use method 'grpo' for a std-normalised outcome advantage)")
 
 
-def rloo(batch: StepBatch, config: RLOOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
+def rloo(batch: StepBatch, config: RLOOConfig | None = None, graph: TaskGroups | None = None) -> CreditResult:
     """RLOO credit: the leave-one-out outcome advantage of each step's trajectory."""
     config = config or RLOOConfig()
-    graph = graph or build_task_graph(batch)
+    graph = graph or build_task_groups(batch)  # tasks and trajectories only: no state graph
     centred = episode_scores(batch, graph, "mean_norm", config.epsilon, config.upstream_exact)
     if config.upstream_exact:  # statistics over the task's rows
         n = np.bincount(graph.row_task, minlength=graph.num_tasks)[graph.row_task]

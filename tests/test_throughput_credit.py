@@ -1,0 +1,139 @@
+"""Credit rewrites for speed give exactly what the previous implementations gave.
+
+The previous implementations are kept here as references: the two-column dict interning of
+``build_task_graph``, the pair-listing tie statistics of MileGPO's diagnostics, and GRPO / RLOO
+on the full task graph. Random batches cover shuffled rows, next states that do not follow
+(env errors, truncation), repeated and free-text actions, tasks without a success.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from milegpo.credit import StepBatch, build_task_graph, compute_credit
+from milegpo.credit.diagnostics import RELATIVE_TOLERANCE, shared_state_share, tie_statistics
+from milegpo.credit.graph import TaskGraph, index_strings, state_key_ids, trajectory_order
+from milegpo.credit.grpo import GRPOConfig, grpo
+from milegpo.credit.rloo import RLOOConfig, rloo
+
+
+def previous_index_strings(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The dict interning ``build_task_graph`` used before (ids in order of first appearance)."""
+    ids: dict[object, int] = {}
+    return tuple(np.fromiter((ids.setdefault(k, len(ids)) for k in a), dtype=np.int64, count=len(a))
+                 for a in arrays)
+
+
+def previous_tie_statistics(batch: StepBatch, graph: TaskGraph, r_m: np.ndarray) -> dict[str, Any]:
+    """The tie statistics before: every same-source, distinct-action pair listed."""
+    (action,) = previous_index_strings(batch.actions)
+    n_actions = int(action.max(initial=0)) + 1
+    _, first = np.unique(graph.row_src * n_actions + action, return_index=True)
+    first = first[graph.task_n_succ[graph.row_task[first]] > 0]
+    first = first[np.argsort(graph.row_src[first], kind="stable")]
+    src = graph.row_src[first]
+    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
+    sizes = np.diff(np.r_[starts, len(src)])
+    left, right = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    for start, size in zip(starts[sizes > 1], sizes[sizes > 1]):
+        i, j = np.triu_indices(size, k=1)
+        left.append(first[start + i])
+        right.append(first[start + j])
+    i, j = np.concatenate(left), np.concatenate(right)
+    d_next = graph.dist_to_goal[graph.row_dst]
+    tied = d_next[i] == d_next[j]
+    scale = np.maximum(np.maximum(np.abs(r_m[i]), np.abs(r_m[j])), 1.0)
+    separated = tied & (np.abs(r_m[i] - r_m[j]) > RELATIVE_TOLERANCE * scale)
+    n_pairs, n_tied, n_broken = len(i), int(tied.sum()), int(separated.sum())
+    return {"same_source_pairs": n_pairs, "tie_pairs": n_tied, "tie_share": n_tied / n_pairs if n_pairs else 0.0,
+            "ties_broken_pairs": n_broken, "ties_broken": n_broken / n_tied if n_tied else 0.0,
+            "shared_state_share": shared_state_share(batch, graph)}
+
+
+def random_batch(rng: np.random.Generator, tasks: int, group: int, horizon: int, n_states: int, n_actions: int,
+                 broken: float = 0.1) -> StepBatch:
+    """Random walks over ``n_states`` states per task, rows shuffled; a share ``broken`` of next states
+    is not the next step's state (as after an env error or a truncation)."""
+    rows: dict[str, list[Any]] = {k: [] for k in ("task", "traj", "step", "src", "dst", "action", "reward")}
+    success = []
+    for q in range(tasks):
+        for k in range(group):
+            length = int(rng.integers(1, horizon + 1))
+            states = [f"task {q} room {s}" for s in rng.integers(0, n_states, length + 1)]
+            for t in range(length):
+                nxt = f"elsewhere {rng.integers(3)}" if rng.random() < broken else states[t + 1]
+                for name, value in (("task", q), ("traj", q * group + k), ("step", t), ("src", states[t]),
+                                    ("dst", nxt), ("action", f"do {rng.integers(n_actions)}"),
+                                    ("reward", float(rng.choice([0.0, -0.1, 1.0])))):
+                    rows[name].append(value)
+            success.append(bool(rng.random() < 0.5))
+    perm = rng.permutation(len(rows["task"]))
+    col = {name: np.asarray(values, dtype=object if name in ("src", "dst", "action") else None)[perm]
+           for name, values in rows.items()}
+    outcomes = np.bincount(col["traj"].astype(np.int64), weights=col["reward"].astype(float),
+                           minlength=tasks * group)
+    return StepBatch(task_ids=col["task"], traj_ids=col["traj"], step_idx=col["step"], state_keys=col["src"],
+                     next_state_keys=col["dst"], actions=col["action"], rewards=col["reward"],
+                     valid=np.ones(len(perm), bool), dones=np.zeros(len(perm), bool), outcomes=outcomes,
+                     success=np.asarray(success))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_state_interning_equals_the_dict_interning(seed):
+    rng = np.random.default_rng(seed)
+    batch = random_batch(rng, tasks=int(rng.integers(1, 5)), group=int(rng.integers(1, 6)), horizon=12,
+                         n_states=int(rng.integers(1, 9)), n_actions=3, broken=float(rng.choice([0.0, 0.2, 1.0])))
+    expected = previous_index_strings(batch.state_keys, batch.next_state_keys)
+    for got, want in zip(state_key_ids(batch, trajectory_order(batch)), expected):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(index_strings(batch.actions, batch.state_keys), previous_index_strings(batch.actions,
+                                                                                                batch.state_keys)):
+        np.testing.assert_array_equal(got, want)
+
+
+class SameHash:
+    """A key whose hash collides with every other one's (to reach the collision path)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SameHash) and other.name == self.name
+
+
+def test_hash_collisions_still_intern_exactly():
+    keys = np.array([SameHash("b"), SameHash("a"), SameHash("b"), SameHash("c")], dtype=object)
+    (ids,) = index_strings(keys)
+    np.testing.assert_array_equal(ids, [0, 1, 0, 2])
+
+
+@pytest.mark.parametrize("upstream_exact", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_outcome_methods_without_the_graph_equal_them_on_it(seed, upstream_exact):
+    batch = random_batch(np.random.default_rng(seed), tasks=3, group=4, horizon=8, n_states=5, n_actions=3)
+    graph = build_task_graph(batch)
+    grpo_config, rloo_config = GRPOConfig(upstream_exact=upstream_exact), RLOOConfig(upstream_exact=upstream_exact)
+    pairs = [(grpo(batch, grpo_config), grpo(batch, grpo_config, graph)),
+             (rloo(batch, rloo_config), rloo(batch, rloo_config, graph))]
+    for alone, on_graph in pairs:
+        np.testing.assert_array_equal(alone.advantages, on_graph.advantages)
+        assert alone.diagnostics == on_graph.diagnostics
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_tie_statistics_equal_the_pair_listing(seed):
+    rng = np.random.default_rng(100 + seed)
+    batch = random_batch(rng, tasks=int(rng.integers(1, 4)), group=int(rng.integers(2, 9)), horizon=10,
+                         n_states=int(rng.integers(2, 7)), n_actions=int(rng.choice([2, 5, 1000])))
+    graph = build_task_graph(batch)
+    r_m = compute_credit("milegpo", batch).components["r_M"]
+    assert tie_statistics(batch, graph, r_m) == previous_tie_statistics(batch, graph, r_m)
+    # returns on a coarse grid, some a rounding apart: equal values, near values and separated ones mixed
+    coarse = np.round(rng.integers(-3, 4, len(r_m)) * 0.5 + rng.choice([0.0, 1e-12, 1e-3], len(r_m)), 13)
+    assert tie_statistics(batch, graph, coarse) == previous_tie_statistics(batch, graph, coarse)
