@@ -23,28 +23,55 @@ import torch as th
 
 from milegpo.policies.scoring import _token_logprobs, _unwrapped, pad_rows
 
-#: tokens compared first to bucket the candidate carriers (conversations of a task share their opening)
-_BUCKET_TOKENS = 16
+#: sequences shorter than this many tokens are grouped only with identical ones (the grouping has always
+#: compared this many opening tokens first; a conversation turn is longer than that)
+_SHORT_TOKENS = 16
 
 
 def prefix_groups(sequences: Sequence[Sequence[int]]) -> dict[int, list[int]]:
     """``{carrier: members}``: every sequence is assigned to the longest sequence it is a prefix of
-    (itself when there is none); the members of a carrier include the carrier."""
-    arrays = [np.asarray(s, dtype=np.int64) for s in sequences]
-    order = sorted(range(len(arrays)), key=lambda i: -len(arrays[i]))
-    buckets: dict[tuple[int, ...], list[int]] = {}
+    (itself when there is none; among equally long ones the first); the members of a carrier include
+    the carrier. Carriers and members are listed longest first (ties in index order). A sequence of
+    fewer than ``_SHORT_TOKENS`` tokens is grouped only with the sequences identical to it.
+
+    O(n log n) comparisons of byte strings (no pair of rows is compared otherwise): sorted
+    lexicographically, the sequences that extend a sequence follow it, so one pass with a stack
+    finds each one's longest proper prefix (:func:`_prefix_parents`), and each one's carrier is the
+    best of its descendants in that forest."""
+    keys = [np.asarray(s, dtype=np.int64).tobytes() for s in sequences]
+    lengths = [len(s) for s in sequences]
+    parents, order = _prefix_parents(keys)
+    rank = {i: (-lengths[i], i) for i in range(len(keys))}
+    best = list(range(len(keys)))
+    for i in reversed(order):  # descendants come after their ancestors in the sorted order
+        parent = parents[i]
+        if parent >= 0 and rank[best[i]] < rank[best[parent]]:
+            best[parent] = best[i]
+    carrier = best
+    for i in order:  # an identical copy's parent is the copy before it: they share the first copy's carrier
+        parent = parents[i]
+        if parent >= 0 and lengths[parent] == lengths[i]:
+            carrier[i] = carrier[parent]
+        elif lengths[i] < _SHORT_TOKENS:
+            carrier[i] = i
     groups: dict[int, list[int]] = {}
-    for i in order:
-        seq = arrays[i]
-        key = tuple(seq[:_BUCKET_TOKENS].tolist())
-        for carrier in buckets.get(key, []):
-            if np.array_equal(arrays[carrier][: len(seq)], seq):
-                groups[carrier].append(i)
-                break
-        else:
-            buckets.setdefault(key, []).append(i)
-            groups[i] = [i]
+    for i in sorted(range(len(keys)), key=rank.__getitem__):
+        groups.setdefault(carrier[i], []).append(i)
     return groups
+
+
+def _prefix_parents(keys: Sequence[bytes]) -> tuple[list[int], list[int]]:
+    """Each key's closest earlier prefix (its longest proper prefix, or an identical key before it;
+    -1 for none), and the keys' lexicographic order (stable)."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    parents = [-1] * len(keys)
+    stack: list[int] = []  # the previous key and its prefixes, longest last
+    for i in order:
+        while stack and not keys[i].startswith(keys[stack[-1]]):
+            stack.pop()
+        parents[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return parents, order
 
 
 def span_logprobs(model: th.nn.Module, sequences: Sequence[Sequence[int]], spans: Sequence[Sequence[tuple[int, int]]],
