@@ -14,6 +14,18 @@ each step be computed from the whole group. :class:`TextRolloutBuffer`
    (:meth:`~TextRolloutBuffer.get`), split further into micro-batches under a
    token budget by :func:`split_by_tokens` for gradient accumulation.
 
+Conversations stay together (chat prompts, generate mode). When a step's prompt starts with the
+previous step's prompt and reply, the two are turns of one conversation
+(:func:`conversation_ids`), and the policy reads all of a conversation's replies from one forward
+pass over its last turn (:mod:`milegpo.policies.conversation`). So the shuffle permutes whole
+conversations, not rows, and lays each one out in turn order: minibatches are then cut as before
+(``batch_size`` rows, or ``mini_batch_tokens`` counting each turn's *new* tokens, what one-pass
+scoring reads). A conversation that crosses a cut is split at a turn boundary; its later part is
+still scored in one pass, over its own last turn, whose prompt carries the earlier turns as
+context. The update packs each minibatch's conversation pieces whole into micro-batches
+(:func:`milegpo.algos.update.micro_batches`). Rows that continue nothing (template prompts,
+choose mode) are conversations of one row: shuffle and cuts are exactly the row shuffle of before.
+
 Conventions (documented choices):
 
 * the outcome ``Z_i`` of trajectory ``i`` is the sum of its rewards (invalid-action
@@ -114,26 +126,88 @@ def split_by_tokens(rows: np.ndarray, tokens: np.ndarray, budget: int) -> list[n
     return chunks
 
 
+def continues(previous: ActionSample, sample: ActionSample) -> bool:
+    """Whether ``sample`` is the next turn of ``previous``'s conversation: both generated replies
+    (choose mode scores candidates, never in one pass) and ``sample``'s prompt starts with
+    ``previous``'s prompt and reply."""
+    if previous.candidate_ids is not None or sample.candidate_ids is not None:
+        return False
+    head, reply, prompt = previous.prompt_ids, previous.action_ids, sample.prompt_ids
+    if len(prompt) < len(head) + len(reply):
+        return False
+    return (np.array_equal(prompt[: len(head)], head)
+            and np.array_equal(prompt[len(head): len(head) + len(reply)], reply))
+
+
+def conversation_ids(samples: Sequence[ActionSample], row_traj: np.ndarray) -> np.ndarray:
+    """(N,) id ``0, 1, ...`` of each row's conversation, rows in trajectory then step order: a row
+    joins the previous row's conversation when it is the same trajectory's next turn
+    (:func:`continues`), else starts a new one. O(tokens)."""
+    ids = np.zeros(len(samples), dtype=np.int64)
+    for r in range(1, len(samples)):
+        linked = row_traj[r] == row_traj[r - 1] and continues(samples[r - 1], samples[r])
+        ids[r] = ids[r - 1] + (not linked)
+    return ids
+
+
+def turn_tokens(row_tokens: np.ndarray, conversations: np.ndarray) -> np.ndarray:
+    """(N,) tokens each row adds to one-pass scoring: a conversation's first row all of its own,
+    each later turn what it adds to the turn before (its new observation and reply)."""
+    added = row_tokens.astype(np.int64).copy()
+    same = np.r_[False, conversations[1:] == conversations[:-1]]
+    added[same] -= row_tokens[np.flatnonzero(same) - 1]
+    return np.maximum(added, 1)
+
+
+def conversation_order(rng: np.random.Generator, conversations: np.ndarray) -> np.ndarray:
+    """The rows, conversation after conversation in a random order, each in turn order. With every
+    row its own conversation this is ``rng.permutation(N)`` itself (same draw)."""
+    starts = np.flatnonzero(np.r_[True, conversations[1:] != conversations[:-1]]) if len(conversations) else \
+        np.zeros(0, dtype=np.int64)
+    sizes = np.diff(np.r_[starts, len(conversations)])
+    perm = rng.permutation(len(starts))
+    if len(starts) == len(conversations):
+        return perm
+    lengths = sizes[perm]
+    return np.repeat(starts[perm] - np.cumsum(lengths) + lengths, lengths) + np.arange(len(conversations))
+
+
 def minibatch_rows(rng: np.random.Generator, row_tokens: np.ndarray, batch_size: int | None = None,
-                   mini_batch_tokens: int | None = None) -> list[np.ndarray]:
+                   mini_batch_tokens: int | None = None, conversations: np.ndarray | None = None) -> list[np.ndarray]:
     """Shuffle rows ``0..len(row_tokens)-1`` and cut them into minibatches (one optimizer step each)
-    of ``batch_size`` rows or of at most ``mini_batch_tokens`` tokens; with neither, one minibatch."""
+    of ``batch_size`` rows or of at most ``mini_batch_tokens`` tokens; with neither, one minibatch.
+
+    ``conversations`` (:func:`conversation_ids`) shuffles whole conversations instead of rows and
+    counts each turn's :func:`turn_tokens` against ``mini_batch_tokens``; without it every row is
+    its own conversation."""
     if batch_size is not None and mini_batch_tokens is not None:
         raise ValueError("give batch_size (steps) or mini_batch_tokens (tokens) per minibatch, not both")
-    order = rng.permutation(len(row_tokens))
+    if conversations is None:
+        conversations = np.arange(len(row_tokens))
+    order = conversation_order(rng, conversations)
     if mini_batch_tokens is not None:
-        return split_by_tokens(order, row_tokens, mini_batch_tokens)
+        return split_by_tokens(order, turn_tokens(row_tokens, conversations), mini_batch_tokens)
     size = batch_size or max(len(order), 1)
     if size < 1:
         raise ValueError(f"batch_size must be >= 1, got {size}")
     return [order[start : start + size] for start in range(0, len(order), size)]
 
 
+def global_conversations(per_rank: Sequence[np.ndarray]) -> np.ndarray:
+    """The ranks' :func:`conversation_ids` as one numbering over the global batch (rank 0's rows first)."""
+    parts, offset = [], 0
+    for ids in per_rank:
+        parts.append(ids + offset)
+        offset += int(ids.max(initial=-1)) + 1
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 @dataclass
 class RolloutMinibatch:
     """This process's share of one optimizer step (like SB3's ``RolloutBufferSamples``).
 
-    ``samples[k]``, ``advantages[k]`` and ``tokens[k]`` belong to buffer row ``rows[k]``;
+    ``samples[k]``, ``advantages[k]``, ``tokens[k]`` and ``conversations[k]`` belong to buffer row ``rows[k]``
+    (a conversation's rows are consecutive, in turn order);
     ``n_units`` / ``n_seqs`` are the units (tokens or choices) and steps of the whole
     minibatch over every process, for the loss normalisation. With several processes a
     rank's share may be empty (it still takes part in the gradient sum).
@@ -145,6 +219,7 @@ class RolloutMinibatch:
     tokens: np.ndarray
     n_units: int
     n_seqs: int
+    conversations: np.ndarray | None = None  # conversation id of each row (conversation_ids); None: one row each
 
 
 class TextRolloutBuffer:
@@ -289,26 +364,33 @@ class TextRolloutBuffer:
         samples = self.samples if n_rows else []  # built once: the property makes a new list each time
         tokens = np.array([step_tokens(s) for s in samples], dtype=np.int64)
         units = np.array([len(s.old_logprobs) for s in samples], dtype=np.int64)
+        conversations = np.zeros(0, dtype=np.int64)
+        if n_rows:
+            assert self._row_traj is not None  # set with the rows by step_batch()
+            conversations = conversation_ids(samples, self._row_traj)
         if not distributed:
-            for rows in minibatch_rows(rng, tokens, batch_size, mini_batch_tokens):
-                yield self._minibatch(samples, rows, tokens, int(units[rows].sum()), len(rows))
+            for rows in minibatch_rows(rng, tokens, batch_size, mini_batch_tokens, conversations):
+                yield self._minibatch(samples, rows, tokens, conversations, int(units[rows].sum()), len(rows))
             return
         from milegpo.algos.distributed import all_gather_objects
 
         assert world is not None
         tokens_per_rank, units_per_rank = all_gather_objects(tokens, world), all_gather_objects(units, world)
+        conversations_per_rank = all_gather_objects(conversations, world)
         all_tokens, all_units = np.concatenate(tokens_per_rank), np.concatenate(units_per_rank)
         offset = int(sum(len(t) for t in tokens_per_rank[: world.rank]))
-        for rows in minibatch_rows(rng, all_tokens, batch_size, mini_batch_tokens):
+        for rows in minibatch_rows(rng, all_tokens, batch_size, mini_batch_tokens,
+                                   global_conversations(conversations_per_rank)):
             mine = rows[(rows >= offset) & (rows < offset + n_rows)] - offset
-            yield self._minibatch(samples, mine, tokens, int(all_units[rows].sum()), len(rows))
+            yield self._minibatch(samples, mine, tokens, conversations, int(all_units[rows].sum()), len(rows))
 
-    def _minibatch(self, samples: list[Any], rows: np.ndarray, tokens: np.ndarray, n_units: int,
-                   n_seqs: int) -> RolloutMinibatch:
+    def _minibatch(self, samples: list[Any], rows: np.ndarray, tokens: np.ndarray, conversations: np.ndarray,
+                   n_units: int, n_seqs: int) -> RolloutMinibatch:
         assert self.advantages is not None  # get() needs compute_credit first
         advantages = self.advantages[rows] if len(rows) else np.zeros(0)
         return RolloutMinibatch(rows=rows, samples=[samples[r] for r in rows], advantages=advantages,
-                                tokens=tokens[rows], n_units=n_units, n_seqs=n_seqs)
+                                tokens=tokens[rows], n_units=n_units, n_seqs=n_seqs,
+                                conversations=conversations[rows])
 
     # ------------------------------------------------------------ stats
     def stats(self) -> dict[str, float]:

@@ -2,8 +2,9 @@
 
 The trainer (:meth:`GroupRLAlgorithm.train`) hands its buffer's minibatches to
 :func:`run_update`, which calls :func:`optimizer_step` on each. A minibatch is cut into micro-batches of similar lengths
-(less padding) of at most ``micro_batch_tokens`` tokens; their gradients add up to the
-minibatch's (each micro-batch's loss is its share of the minibatch mean, see
+(less padding) of at most ``micro_batch_tokens`` tokens (:func:`micro_batches`: a chat
+conversation's turns go together, costing the tokens of its longest turn, the one pass that scores
+them all); their gradients add up to the minibatch's (each micro-batch's loss is its share of the minibatch mean, see
 :mod:`milegpo.algos.loss`). With several ranks the gradients and statistics are summed
 over ranks before the step, so every rank applies the same step.
 """
@@ -87,8 +88,7 @@ def optimizer_step(policy: TrainablePolicy, optimizer: th.optim.Optimizer, minib
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
     with_entropy = settings.ent_coef != 0.0
     n_units, n_seqs = minibatch.n_units, minibatch.n_seqs
-    order = np.argsort(minibatch.tokens, kind="stable")  # similar lengths together: less padding
-    for micro in split_by_tokens(order, minibatch.tokens, settings.micro_batch_tokens):
+    for micro in micro_batches(minibatch, settings.micro_batch_tokens):
         batch = [minibatch.samples[k] for k in micro]
         logp, mask, entropy = policy.evaluate_actions(batch, with_entropy=with_entropy)
         ref_logp = None
@@ -119,3 +119,25 @@ def optimizer_step(policy: TrainablePolicy, optimizer: th.optim.Optimizer, minib
     if not with_entropy:
         sums.pop("entropy")
     return True, {**sums, "grad_norm": grad_norm}
+
+
+def micro_batches(minibatch: RolloutMinibatch, budget: int) -> list[np.ndarray]:
+    """The minibatch's positions in micro-batches of at most ``budget`` tokens, for gradient accumulation.
+
+    The unit is a *piece*: the consecutive rows of one conversation (``minibatch.conversations``;
+    a row of its own without). A piece is scored in one forward pass over its last turn, so it
+    costs that turn's tokens and is never split (a piece larger than the budget gets a
+    micro-batch of its own, as a row larger than the budget always did). Pieces are packed in
+    order of cost, similar lengths together (less padding). With one row per piece this is the
+    row packing of before: rows sorted by tokens (stable), cut by :func:`split_by_tokens`.
+    """
+    n = len(minibatch.tokens)
+    conversations = minibatch.conversations if minibatch.conversations is not None else np.arange(n)
+    starts = np.flatnonzero(np.r_[True, conversations[1:] != conversations[:-1]]) if n else np.zeros(0, np.int64)
+    cost = np.maximum.reduceat(minibatch.tokens, starts) if n else np.zeros(0, np.int64)
+    if len(starts) == n:
+        return split_by_tokens(np.argsort(cost, kind="stable"), cost, budget)
+    ends = np.r_[starts[1:], n]
+    return [np.concatenate([np.arange(starts[k], ends[k]) for k in chunk])
+            for chunk in split_by_tokens(np.argsort(cost, kind="stable"), cost, budget)]
+
