@@ -83,14 +83,15 @@ def previous_minibatch_rows(rng: np.random.Generator, row_tokens: np.ndarray, ba
     return [order[start: start + size] for start in range(0, len(order), size)]
 
 
-CUTS = [(None, None), (3, None), (7, None), (None, 40), (None, 200)]
+#: (batch_size, mini_batch_tokens)
+CUTS: list[tuple[int | None, int | None]] = [(None, None), (3, None), (7, None), (None, 40), (None, 200)]
 
 
 @pytest.mark.parametrize("seed", range(10))
 @pytest.mark.parametrize("cut", CUTS)
-def test_rows_of_their_own_are_shuffled_and_cut_exactly_as_before(seed, cut):
+def test_rows_of_their_own_are_shuffled_and_cut_exactly_as_before(seed: int, cut: tuple[int | None, int | None]):
     tokens = np.random.default_rng(seed).integers(1, 60, int(np.random.default_rng(seed).integers(0, 30)))
-    got = minibatch_rows(np.random.default_rng(seed), tokens, *cut, conversations=None)
+    got = minibatch_rows(np.random.default_rng(seed), tokens, cut[0], cut[1], conversations=None)
     want = previous_minibatch_rows(np.random.default_rng(seed), tokens, *cut)
     assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
 
@@ -101,12 +102,12 @@ def random_conversation_ids(rng: np.random.Generator, n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", range(10))
 @pytest.mark.parametrize("cut", CUTS)
-def test_conversations_are_shuffled_whole_in_turn_order(seed, cut):
+def test_conversations_are_shuffled_whole_in_turn_order(seed: int, cut: tuple[int | None, int | None]):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))
     conversations = random_conversation_ids(rng, n)
     tokens = np.cumsum(rng.integers(5, 20, n))  # each turn longer than the one before
-    batches = minibatch_rows(np.random.default_rng(seed), tokens, *cut, conversations=conversations)
+    batches = minibatch_rows(np.random.default_rng(seed), tokens, cut[0], cut[1], conversations=conversations)
     order = np.concatenate(batches)
     assert sorted(order.tolist()) == list(range(n))  # every row once
     laid_out = conversations[order]
