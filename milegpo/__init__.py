@@ -22,6 +22,7 @@ _LAZY = {
     "GiGPO": "milegpo.algos",
     "RLOO": "milegpo.algos",
     "GRPO": "milegpo.algos",
+    "GAGPO": "milegpo.algos",
     "LLMPolicy": "milegpo.policies",
     "TextEnv": "milegpo.envs",
     "register_env": "milegpo.envs",

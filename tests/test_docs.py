@@ -48,6 +48,9 @@ def test_the_custom_env_page_runs_as_written_from_its_folder(tmp_path: Path, mon
     finally:
         sys.modules.pop("safe", None)
     [commands] = re.findall(r"```bash\n(.*?)```", page, re.S)
+    # and the module:id form the page names beside module:ClassName
+    commands += ("milegpo train env.id=safe:examples/Safe-v0 run.total_timesteps=200 --run-dir runs/safe-id\n"
+                 "milegpo play safe:examples/Safe-v0 --seed 1\n")
     script = Path(sys.executable).with_name("milegpo")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
     for line in commands.strip().splitlines():

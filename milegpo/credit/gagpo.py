@@ -1,5 +1,9 @@
 r"""GAGPO (Zhu et al., arXiv 2605.13217): GAE over a value read off the group's own rollouts.
 
+A reconstruction from the paper's abstract and public summaries: its method section was not
+readable where this module was written, so the equations below are our reading of its stated
+design, not a transcription, and are not yet checked against the paper.
+
 No critic is trained. The value of a state is the mean discounted return of the steps the
 group took from it, and the advantage is the generalised advantage estimate (GAE) of the
 temporal-difference errors against that value:

@@ -42,7 +42,7 @@ CREDIT_PANELS = {
 }
 
 METHOD_LABELS = {"grpo": "GRPO", "rloo": "RLOO", "gigpo": "GiGPO", "hgpo": "HGPO", "graphgpo": "GraphGPO",
-                 "milegpo": "MileGPO"}
+                 "milegpo": "MileGPO", "gagpo": "GAGPO"}
 #: Characters of an action shown as a tick label.
 ACTION_CHARS = 32
 
