@@ -135,8 +135,14 @@ def continues(previous: ActionSample, sample: ActionSample) -> bool:
     head, reply, prompt = previous.prompt_ids, previous.action_ids, sample.prompt_ids
     if len(prompt) < len(head) + len(reply):
         return False
-    return (np.array_equal(prompt[: len(head)], head)
-            and np.array_equal(prompt[len(head): len(head) + len(reply)], reply))
+    return _equal_tokens(prompt[: len(head)], head) and _equal_tokens(prompt[len(head): len(head) + len(reply)], reply)
+
+
+def _equal_tokens(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether two token sequences are equal: lists compared as lists (a C loop, no conversion), arrays by numpy."""
+    if isinstance(a, list) and isinstance(b, list):
+        return a == b
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
 
 
 def conversation_ids(samples: Sequence[ActionSample], row_traj: np.ndarray) -> np.ndarray:
