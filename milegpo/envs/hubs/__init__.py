@@ -1,0 +1,57 @@
+"""Environments of other libraries as milegpo envs: TextArena, GEM and OpenEnv.
+
+Each hub has an adapter, a :class:`~milegpo.envs.TextEnv` (so grouping, worker processes, state
+keys, chat prompts, credit and every command work unchanged), and env ids with a prefix:
+
+==============  ==========================================  ====================================
+prefix          example                                     adapter
+==============  ==========================================  ====================================
+``textarena:``  ``textarena:GuessTheNumber-v0``             :class:`TextArenaEnv`
+``gem:``        ``gem:game:GuessTheNumber-v0-easy``         :class:`GEMEnv`
+``openenv:``    ``openenv:my_pkg.server:MyEnvironment``     :class:`OpenEnvEnv`
+==============  ==========================================  ====================================
+
+:func:`register_hub_env` registers such an id (its adapter with the hub's id as argument); the
+adapters themselves take the hub's id as ``game`` / ``environment``, so
+``env.id=milegpo.envs.hubs:TextArenaEnv env.kwargs.game=GuessTheNumber-v0`` names the same env.
+Importing this package imports no hub: an adapter imports its hub when constructed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from milegpo.envs.hubs.base import HubEnv
+from milegpo.envs.hubs.gem import GEMEnv
+from milegpo.envs.hubs.openenv import OpenEnvEnv
+from milegpo.envs.hubs.textarena import TextArenaEnv
+from milegpo.envs.registration import register_env
+
+#: prefix -> (adapter, the keyword argument that takes the hub's id)
+HUBS: dict[str, tuple[type[HubEnv], str]] = {
+    "textarena": (TextArenaEnv, "game"),
+    "gem": (GEMEnv, "game"),
+    "openenv": (OpenEnvEnv, "environment"),
+}
+
+
+def split_hub_id(env_id: str) -> tuple[str, str] | None:
+    """``(prefix, hub id)`` of a hub env id such as ``"textarena:Sudoku-v0"``; None for any other id."""
+    prefix, sep, rest = env_id.partition(":")
+    return (prefix, rest) if sep and prefix in HUBS and rest else None
+
+
+def register_hub_env(env_id: str, **kwargs: Any) -> bool:
+    """Register the hub env id ``env_id`` (e.g. ``"gem:game:Sudoku-v0-easy"``) under that id, with
+    ``kwargs`` as its default arguments; False when ``env_id`` has no hub prefix. The hub is not
+    imported until the env is made."""
+    parts = split_hub_id(env_id)
+    if parts is None:
+        return False
+    prefix, hub_id = parts
+    adapter, argument = HUBS[prefix]
+    register_env(env_id, adapter, **{argument: hub_id, **kwargs})
+    return True
+
+
+__all__ = ["GEMEnv", "HUBS", "HubEnv", "OpenEnvEnv", "TextArenaEnv", "register_hub_env", "split_hub_id"]

@@ -1,0 +1,128 @@
+"""`OpenEnv <https://pypi.org/project/openenv-core/>`_ environments as milegpo envs
+(``openenv:<module>:<EnvironmentClass>``), played in-process.
+
+An OpenEnv environment is a class with ``reset(seed=...)``, ``step(action)`` and ``state``, whose
+actions and observations are pydantic models (``openenv.core.env_server.Action`` /
+``Observation``); a server wraps the same class for remote use. How its conventions map:
+
+* **Task and seed.** ``reset(seed=s)`` is the environment's ``reset(seed=s)``: a group of K copies
+  starts from one state when the environment honours its seed (an environment whose ``reset`` takes
+  no seed is reset without one).
+* **Actions.** The reply fills one string field of the environment's action class
+  (``action_field``; default: its only string field); the whole reply reaches it
+  (``action_format="message"``). The action class is the environment's generic parameter
+  (``Environment[MyAction, MyObservation, MyState]``) unless ``action_class`` names it.
+* **Observation.** The observation's fields other than ``done``, ``reward`` and ``metadata``
+  (one string field as it is; several as ``name: value`` lines).
+* **Reward and success.** The observation's ``reward`` (None reads 0) and ``done``; won is
+  ``metadata["won"]`` / ``metadata["success"]`` when the environment gives one, else a final
+  reward of at least ``success_reward``.
+* **State key.** The environment's ``state`` without its ``episode_id`` (OpenEnv's own state,
+  hashed), else the normalised observation; ``state_key_fn`` overrides it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, hashed_key, import_hub
+
+INSTALL_HINT = 'pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"'
+_RESERVED = ("done", "reward", "metadata")
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.rpartition(":") if ":" in path else path.rpartition(".")
+    if not module:
+        raise ValueError(f"{path!r} is not 'module:Name'")
+    return getattr(importlib.import_module(module), name)
+
+
+def _action_class(environment_class: type) -> type:
+    """The ``ActT`` of ``Environment[ActT, ObsT, StateT]`` in the class's bases."""
+    for klass in environment_class.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            args = typing.get_args(base)
+            if args and isinstance(args[0], type):
+                return args[0]
+    raise TypeError(f"{environment_class.__name__} does not name its action class (Environment[MyAction, ...]): "
+                    "pass action_class='module:MyAction'")
+
+
+class OpenEnvEnv(HubEnv):
+    """An OpenEnv environment class as a :class:`~milegpo.envs.TextEnv` (see the module docstring).
+
+    :param environment: ``"module:EnvironmentClass"`` (or the class itself).
+    :param environment_kwargs: its constructor's arguments.
+    :param action_class: ``"module:ActionClass"``; default: the environment's generic parameter.
+    :param action_field: the action's string field that receives the reply; default: its only one.
+    :param task: the episode's task text; default: the first observation.
+    """
+
+    def __init__(self, environment: str | type, environment_kwargs: dict[str, Any] | None = None,
+                 action_class: str | type | None = None, action_field: str | None = None, task: str | None = None,
+                 success_reward: float = 1.0, commands: Sequence[str] | None = None,
+                 state_key_fn: Callable[[Any], str] | None = None, invalid_action_penalty: float = 0.0,
+                 max_episode_steps: int = 50, render_mode: str | None = None):
+        super().__init__(success_reward, commands, state_key_fn, invalid_action_penalty, max_episode_steps,
+                         render_mode)
+        openenv = import_hub("openenv.core.env_server.interfaces", INSTALL_HINT)
+        klass = _load(environment) if isinstance(environment, str) else environment
+        if not (isinstance(klass, type) and issubclass(klass, openenv.Environment)):
+            raise TypeError(f"{environment!r} is not an openenv Environment class")
+        self.environment = environment
+        self.hub: Any = klass(**dict(environment_kwargs or {}))
+        named: Any = _load(action_class) if isinstance(action_class, str) else action_class
+        self.action_class: Any = named if named is not None else _action_class(klass)
+        fields: dict[str, Any] = dict(getattr(self.action_class, "model_fields", {}))
+        text_fields = [name for name, f in fields.items() if name != "metadata" and f.annotation is str]
+        if action_field is None:
+            if len(text_fields) != 1:
+                raise TypeError(f"{self.action_class.__name__} has the string fields {text_fields}: pass "
+                                "action_field= to say which one receives the reply")
+            action_field = text_fields[0]
+        elif action_field not in fields:
+            raise TypeError(f"{self.action_class.__name__} has no field {action_field!r}")
+        self.action_field = action_field
+        self.task_text = task
+
+    @staticmethod
+    def render_observation(observation: Any) -> str:
+        """An OpenEnv observation's text: its fields other than done / reward / metadata."""
+        values = {name: value for name, value in observation.model_dump().items() if name not in _RESERVED}
+        if len(values) == 1:
+            text = str(next(iter(values.values())))
+        else:
+            text = "\n".join(f"{name}: {value}" for name, value in values.items())
+        return text.strip() or NO_OBSERVATION
+
+    def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        seeded = "seed" in inspect.signature(self.hub.reset).parameters  # OpenEnv's template env takes none
+        result = self.hub.reset(seed=self.seed_of(seed)) if seeded else self.hub.reset()
+        observation = self.render_observation(result)
+        task = self.task_text if self.task_text is not None else observation
+        opening = observation if self.task_text is None else f"{self.task_text}\n\n{observation}"
+        return observation, {"task": task, "messages": [{"role": "user", "content": opening}]}
+
+    def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        result = self.hub.step(self.action_class(**{self.action_field: action}))
+        reward = float(result.reward) if result.reward is not None else 0.0
+        done = bool(result.done)
+        metadata = dict(result.metadata or {})
+        flag = metadata.get("won", metadata.get("success"))
+        won = bool(flag) if flag is not None else done and reward >= self.success_reward
+        info = {"won": won, "score": reward, "openenv_metadata": metadata}
+        return self.render_observation(result), reward, done, info
+
+    def hub_state_key(self) -> str:
+        try:
+            state = self.hub.state
+        except NotImplementedError:
+            return super().hub_state_key()
+        if hasattr(state, "model_dump"):
+            return hashed_key({k: v for k, v in state.model_dump().items() if k != "episode_id"})
+        return super().hub_state_key()

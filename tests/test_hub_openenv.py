@@ -1,0 +1,145 @@
+"""OpenEnv environments through the hub adapter, against the real ``openenv-core`` package (0.3.0).
+
+openenv-core ships no environment of its own to play: the environments here are the echo environment
+that OpenEnv's own generator (``openenv init``) writes, and a small number game written the way an
+OpenEnv user writes one (subclasses of OpenEnv's ``Environment``, ``Action``, ``Observation``, ``State``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openenv.core.env_server.interfaces",
+                    reason='pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"')
+
+from openenv.core.env_server.interfaces import Environment  # noqa: E402
+from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
+
+from milegpo.cli import build_parser, main, play  # noqa: E402
+from milegpo.envs import make_env, make_vec_env  # noqa: E402
+from milegpo.envs.hubs import OpenEnvEnv, register_hub_env  # noqa: E402
+
+
+class GuessAction(Action):
+    guess: str
+
+
+class GuessObservation(Observation):
+    hint: str = ""
+
+
+class GuessState(State):
+    guesses: list[int] = []
+
+
+class GuessEnvironment(Environment[GuessAction, GuessObservation, GuessState]):
+    """Guess a number from 1 to 8 in three tries; reward 1 and metadata won on the right one."""
+
+    def __init__(self, top: int = 8):
+        super().__init__()
+        self.top = top
+        self._state = GuessState()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: object) -> GuessObservation:
+        self.number = random.Random(seed).randint(1, self.top)
+        self._state = GuessState(episode_id=episode_id, step_count=0, guesses=[])
+        return GuessObservation(hint=f"Guess a number from 1 to {self.top}.")
+
+    def step(self, action: GuessAction, timeout_s: float | None = None, **kwargs: object) -> GuessObservation:
+        self._state.step_count += 1
+        guess = int(action.guess.strip()) if action.guess.strip().isdigit() else -1
+        self._state.guesses = [*self._state.guesses, guess]
+        if guess == self.number:
+            return GuessObservation(hint="right!", done=True, reward=1.0, metadata={"won": True})
+        done = self._state.step_count >= 3
+        hint = "higher" if guess < self.number else "lower"
+        return GuessObservation(hint=hint, done=done, reward=0.0, metadata={"won": False} if done else {})
+
+    @property
+    def state(self) -> GuessState:
+        return self._state
+
+
+GAME = f"{__name__}:GuessEnvironment"
+
+
+@pytest.fixture(scope="module")
+def echo_env(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """OpenEnv's generated echo environment (``openenv init echo_game``), importable."""
+    folder = tmp_path_factory.mktemp("openenv")
+    subprocess.run([sys.executable, "-m", "openenv.cli", "init", "echo_game"], cwd=folder, check=True,
+                   capture_output=True)
+    sys.path.insert(0, str(folder))
+    return str(folder)
+
+
+def test_rewards_and_won_equal_the_environments_own() -> None:
+    env = OpenEnvEnv(GuessEnvironment)
+    observation, info = env.reset(seed=4)
+    assert observation == "Guess a number from 1 to 8." and info["task"] == observation
+    number = env.hub.number
+    hub = GuessEnvironment()
+    for script, wins in (([str(number)], True), ([str((number % 8) + 1)] * 3, False), (["x", "y", str(number)], True)):
+        env.reset(seed=4)
+        hub.reset(seed=4)
+        for guess in script:
+            _, reward, terminated, _, info = env.step(guess)
+            expected = hub.step(GuessAction(guess=guess))
+            assert reward == expected.reward and terminated == expected.done
+        assert terminated and info["won"] is wins
+
+
+def test_a_group_starts_from_one_state_and_the_state_key_is_openenvs_state() -> None:
+    venv = make_vec_env(OpenEnvEnv, n_tasks=2, group_size=3, seed=0, env_kwargs={"environment": GAME})
+    venv.reset()
+    numbers = [hub.number for hub in venv.get_attr("hub")]
+    assert numbers[0] == numbers[1] == numbers[2] and numbers[3] == numbers[4] == numbers[5]
+    venv.close()
+    a, b = OpenEnvEnv(GAME), OpenEnvEnv(GAME)
+    a.reset(seed=1)
+    b.reset(seed=1)
+    assert a.state_key() == b.state_key()  # episode ids differ; the state does not
+    a.step("2")
+    assert a.state_key() != b.state_key()
+    assert register_hub_env(f"openenv:{GAME}")
+    assert isinstance(make_env(f"openenv:{GAME}"), OpenEnvEnv)
+
+
+def test_the_generated_echo_environment(echo_env: str) -> None:
+    from echo_game.server.echo_game_environment import EchoGameEnvironment
+
+    with pytest.raises(TypeError, match="action_class"):
+        OpenEnvEnv(EchoGameEnvironment)  # the generated environment does not name its action class
+    env = OpenEnvEnv(EchoGameEnvironment, action_class="echo_game.models:EchoGameAction", max_episode_steps=2)
+    observation, _ = env.reset(seed=0)
+    assert "environment ready" in observation and "message_length: 0" in observation
+    observation, reward, terminated, truncated, info = env.step("hello")
+    assert reward == pytest.approx(0.5) and "echoed_message: hello" in observation and not terminated
+    assert info["openenv_metadata"]["original_message"] == "hello"
+    *_, truncated, info = env.step("hi")
+    assert truncated and not info["won"]
+
+
+def test_cli_trains_evaluates_plays_and_exports(echo_env: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    kwargs = {"environment": GAME, "commands": [str(n) for n in range(1, 9)], "max_episode_steps": 3}
+    run = tmp_path / "run"
+    assert main(["train", "env.id=milegpo.envs.hubs:OpenEnvEnv", f"env.kwargs={json.dumps(kwargs)}",
+                 "env.n_tasks=1", "env.group_size=2", "eval.n_tasks=1", "run.total_timesteps=12",
+                 "--run-dir", str(run), "--no-progress-bar"]) == 0
+    assert main(["eval", str(run), "--n-tasks", "1"]) == 0
+    assert main(["export", str(run), str(tmp_path / "exported")]) == 0
+    out = io.StringIO()
+    echo = {"environment": "echo_game.server.echo_game_environment:EchoGameEnvironment",
+            "action_class": "echo_game.models:EchoGameAction"}
+    args = build_parser().parse_args(["play", "milegpo.envs.hubs:OpenEnvEnv", "--env-kwargs", json.dumps(echo)])
+    assert play(args, stdin=io.StringIO("hello there\n:q\n"), stdout=out) == 0
+    assert "echoed_message: hello there" in out.getvalue()

@@ -1,0 +1,123 @@
+"""TextArena games through the hub adapter, against the real ``textarena`` package (0.7.4)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("textarena", reason='pip install "milegpo[textarena]"')
+
+from milegpo.cli import build_parser, main, play  # noqa: E402
+from milegpo.envs import make_env, make_vec_env  # noqa: E402
+from milegpo.envs.hubs import TextArenaEnv, register_hub_env, split_hub_id  # noqa: E402
+from milegpo.envs.hubs.textarena import make_textarena_game  # noqa: E402
+
+HANOI_WIN = ["[A C]", "[A B]", "[C B]", "[A C]", "[B A]", "[B C]", "[A C]"]
+
+
+def direct(game: str, seed: int, actions: list[str]) -> tuple[float, bool, int]:
+    """TextArena driven by itself: (final reward, done, moves played) for ``actions``."""
+    env = make_textarena_game(game)
+    env.reset(num_players=1, seed=seed)
+    for n, action in enumerate(actions, 1):
+        done, _ = env.step(action)
+        if done:
+            rewards, _ = env.state.close()
+            return float(rewards[0]), True, n
+    return 0.0, False, len(actions)
+
+
+def adapted(env: TextArenaEnv, seed: int, actions: list[str]) -> tuple[float, bool, bool, int]:
+    """The adapter on the same script: (return, won, terminated, moves played)."""
+    env.reset(seed=seed)
+    total = 0.0
+    for n, action in enumerate(actions, 1):
+        _, reward, terminated, truncated, info = env.step(action)
+        total += reward
+        if terminated or truncated:
+            return total, info["won"], terminated, n
+    return total, False, False, len(actions)
+
+
+def binary_search(env: TextArenaEnv, seed: int) -> list[str]:
+    """A winning Guess the Number script, found by reading the adapter's hints."""
+    observation, _ = env.reset(seed=seed)
+    low, high, played = 1, 20, []
+    while True:
+        guess = (low + high) // 2
+        played.append(f"[{guess}]")
+        observation, _, terminated, _, _ = env.step(played[-1])
+        if terminated:
+            return played
+        low, high = (guess + 1, high) if "higher" in observation else (low, guess - 1)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_rewards_and_won_equal_textarena_on_winning_and_losing_scripts(seed: int) -> None:
+    guess = TextArenaEnv("GuessTheNumber-v0")
+    winning = binary_search(guess, seed)
+    losing = ["[1]", "[1]", "[1]"]  # a repeated guess: TextArena's invalid move, then the end past its allowance
+    hanoi = TextArenaEnv("TowerOfHanoi-v0")
+    cases = [(guess, "GuessTheNumber-v0", winning, True), (guess, "GuessTheNumber-v0", losing, False),
+             (hanoi, "TowerOfHanoi-v0", HANOI_WIN, True), (hanoi, "TowerOfHanoi-v0", ["[A B]", "[B A]"] * 8, False)]
+    for env, game, script, wins in cases:
+        reward, done, moves = direct(game, seed, script)
+        total, won, terminated, played = adapted(env, seed, script)
+        assert done and terminated and played == moves, (game, script)
+        assert total == pytest.approx(reward) and won is wins, (game, script, total, reward)
+    assert guess.hub.game_number >= 1 and won is False
+
+
+def test_a_group_starts_from_one_state_and_keys_are_textarenas_state() -> None:
+    venv = make_vec_env(TextArenaEnv, n_tasks=2, group_size=3, seed=0, env_kwargs={"game": "GuessTheNumber-v0"})
+    venv.reset()
+    numbers = [hub.game_number for hub in venv.get_attr("hub")]
+    keys = venv.env_method("state_key")
+    assert numbers[0] == numbers[1] == numbers[2] and numbers[3] == numbers[4] == numbers[5]
+    assert keys[0] == keys[1] == keys[2]
+    venv.close()
+    env = TextArenaEnv("TowerOfHanoi-v0")
+    env.reset(seed=1)
+    start = env.state_key()
+    env.step("[A B]")
+    env.step("[B A]")  # back to the start by another path: TextArena's towers are one state
+    assert env.state_key() == start
+    env.step("[A C]")
+    assert env.state_key() != start
+
+
+def test_chat_opening_and_prefixed_id() -> None:
+    env = TextArenaEnv("TowerOfHanoi-v0")
+    observation, info = env.reset(seed=0)
+    assert "Tower of Hanoi" in info["task"] and "A: [3, 2, 1]" in observation
+    assert info["messages"][0]["role"] == "user" and "A: [3, 2, 1]" in info["messages"][0]["content"]
+    assert info["action_format"] == "message" and info["admissible_commands"] is None
+    assert split_hub_id("textarena:TowerOfHanoi-v0") == ("textarena", "TowerOfHanoi-v0")
+    assert split_hub_id("my_module:MyEnv") is None and not register_hub_env("my_module:MyEnv")
+    assert register_hub_env("textarena:TowerOfHanoi-v0", max_episode_steps=20)
+    made = make_env("textarena:TowerOfHanoi-v0")
+    assert isinstance(made, TextArenaEnv) and made.game == "TowerOfHanoi-v0" and made.max_episode_steps == 20
+    with pytest.raises(KeyError, match="no game"):
+        TextArenaEnv("NoSuchGame-v0")
+
+
+def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    kwargs = {"game": "TowerOfHanoi-v0", "commands": ["[A B]", "[A C]", "[B A]", "[B C]", "[C A]", "[C B]"],
+              "max_episode_steps": 8}
+    run = tmp_path / "run"
+    assert main(["train", "env.id=milegpo.envs.hubs:TextArenaEnv", f"env.kwargs={json.dumps(kwargs)}",
+                 "env.n_tasks=1", "env.group_size=2", "eval.n_tasks=1", "run.total_timesteps=16",
+                 "--run-dir", str(run), "--no-progress-bar"]) == 0
+    assert (run / "final" / "config.json").exists()
+    assert main(["eval", str(run), "--n-tasks", "1"]) == 0
+    assert main(["export", str(run), str(tmp_path / "exported")]) == 0
+    assert (tmp_path / "exported" / "adapter_config.json").exists()
+    out = io.StringIO()
+    args = build_parser().parse_args(["play", "milegpo.envs.hubs:TextArenaEnv", "--env-kwargs", json.dumps(kwargs)])
+    assert play(args, stdin=io.StringIO("[A C]\n:q\n"), stdout=out) == 0
+    assert "You moved disk 1 from A to C" in out.getvalue()
+    assert np.isfinite(json.loads((run / "eval_final.json").read_text())["held_out"]["success_rate"])
