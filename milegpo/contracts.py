@@ -27,8 +27,10 @@ class ActingPolicy(Protocol):
     temperature: float
 
     def act(self, observations: Sequence[str], infos: Sequence[Mapping[str, object]],
-            histories: Sequence[History], deterministic: bool = False) -> list[ActionSample]:
-        """One action per env, with what the update needs to score it again."""
+            histories: Sequence[History], deterministic: bool = False,
+            sample_seeds: Sequence[int] | None = None) -> list[ActionSample]:
+        """One action per env, with what the update needs to score it again (``sample_seeds``: one per
+        env, so that an env's sample does not depend on the other envs of the call)."""
         ...
 
     def set_training_mode(self, mode: bool) -> None:

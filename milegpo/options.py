@@ -15,6 +15,9 @@ PROMPT_FORMATS = ("template", "chat")
 ACTION_PARSERS = ("auto", "tags", "message")
 #: how the update averages the loss over a minibatch's units (generated tokens or choices)
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
+#: how a rollout plays: policy and envs in turns ("lockstep"), or envs stepping while the policy acts
+#: for others ("async", envs in worker processes)
+ROLLOUT_MODES = ("lockstep", "async")
 #: per-env MileGPO hyperparameter presets (the paper's values; milegpo.credit.milegpo holds them)
 CREDIT_PRESETS = ("alfworld", "webshop")
 

@@ -15,6 +15,7 @@ The update (``train``) is the third seam, in :mod:`milegpo.algos.base`.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,12 +26,16 @@ from stable_baselines3.common.callbacks import BaseCallback
 from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.algos.errors import TrainingError
-from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes
+from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes, play_episodes_async
 from milegpo.algos.run_outputs import write_credit_outputs
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 if TYPE_CHECKING:
     from milegpo.algos.base import GroupRLAlgorithm
+
+logger = logging.getLogger(__name__)
+#: the vec envs whose async rollouts were said to play in lockstep (said once each)
+_SAID_LOCKSTEP: set[int] = set()
 
 #: rollouts in a row that may lose every episode to env errors before training stops
 MAX_LOST_ROLLOUTS = 3
@@ -62,8 +67,9 @@ def collect(model: GroupRLAlgorithm, env: GroupedTextVecEnv, callback: BaseCallb
             if info.get("env_error") is not None:
                 buffer.add_reset_error(i, str(info["env_error"]))
         # sampling seeded per (run, iteration, rank): reproducible and resumable on any number of ranks
-        model.policy.reseed_sampling(int(np.random.SeedSequence(
-            [model.task_seed_base, 2, model._iterations, model.world.rank]).generate_state(1)[0]))
+        sampling_seed = int(np.random.SeedSequence(
+            [model.task_seed_base, 2, model._iterations, model.world.rank]).generate_state(1)[0])
+        model.policy.reseed_sampling(sampling_seed)
         callback.on_rollout_start()
         meter = RolloutMeter()
 
@@ -81,11 +87,31 @@ def collect(model: GroupRLAlgorithm, env: GroupedTextVecEnv, callback: BaseCallb
             return callback.on_step()
 
         assert isinstance(observations, np.ndarray)
-        if not play_episodes(model.policy, env, observations, infos, deterministic=False, on_step=record):
+        if rollout_mode(model, env) == "async":
+            played = play_episodes_async(model.policy, env, observations, infos, deterministic=False,
+                                         on_step=record, stream_seed=sampling_seed)
+        else:
+            played = play_episodes(model.policy, env, observations, infos, deterministic=False, on_step=record,
+                                   stream_seed=sampling_seed if model.config.samples_per_env else None)
+        if not played:
             return None
     finally:
         model._last_obs = None  # the next rollout starts from a fresh group reset
     return Collected(meter, time.perf_counter() - meter.started, model.num_timesteps - timesteps_before)
+
+def rollout_mode(model: GroupRLAlgorithm, env: GroupedTextVecEnv) -> str:
+    """``algo.rollout``, or ``lockstep`` where nothing could overlap: envs in this process (or in one
+    worker) step only when the policy is not acting; said once per model."""
+    if model.config.rollout != "async" or len(env.worker_envs) > 1:
+        return model.config.rollout
+    if id(env) not in _SAID_LOCKSTEP:
+        _SAID_LOCKSTEP.add(id(env))
+        why = "in this process" if not env.subprocess else "in one worker process"
+        logger.warning("algo.rollout=async: the envs run %s, so nothing can step while the policy acts; playing in "
+                       "lockstep (make the vec env with subprocess=True and n_workers >= 2: env.subprocess=true, "
+                       "env.n_workers)", why)
+    return "lockstep"
+
 
 def assign_credit(model: GroupRLAlgorithm, env: GroupedTextVecEnv, buffer: TextRolloutBuffer,
                   collected: Collected) -> None:

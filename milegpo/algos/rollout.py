@@ -1,17 +1,32 @@
-"""The one loop that plays grouped episodes, for training rollouts and held-out evaluation alike.
+"""The loops that play grouped episodes, for training rollouts and held-out evaluation alike.
 
 After a group reset of a :class:`~milegpo.envs.vec_env.GroupedTextVecEnv`, every env
 plays until its episode ends (autoreset is off: a finished env stays done while the
-others of the batch go on). Each round the policy acts for the active envs only, with
-each env's own history of ``(observation, action)`` pairs, and the caller sees the round
-as a :class:`RolloutStep`: the trainer records it in its buffer, the evaluation in its
-episode results.
+others of the batch go on). The policy acts with each env's own history of
+``(observation, action)`` pairs, and the caller sees each batch of steps as a
+:class:`RolloutStep`: the trainer records it in its buffer, the evaluation in its episode
+results.
+
+* :func:`play_episodes` (lockstep): each round the policy acts for every active env, then
+  every env steps; the slowest env of a round holds up all the others, and the envs idle
+  while the policy acts.
+* :func:`play_episodes_async`: with envs in worker processes, the policy acts for the envs
+  whose workers have answered while the others still step, so env latency overlaps with
+  the policy's work and a slow env holds up only its own worker's envs.
+
+With ``stream_seed``, the ``k``-th action of env ``i`` is sampled from its own generator,
+seeded by ``(stream_seed, i, k)`` (``per_env_sampling``): in choose mode an env's actions
+then depend only on its own observations, not on which envs share a call, and both loops
+record the same steps. The asynchronous loop's batches depend on when workers answer, so it
+always samples this way; in generate mode a call's sampler seed follows its envs' seeds, the
+same envs sample the same, but which envs share a call depends on timing (not reproducible).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +57,22 @@ class RolloutStep:
     policy_seconds: float
 
 
+def sample_seeds(stream_seed: int | None, envs: Sequence[int] | np.ndarray, steps: Sequence[int]) -> list[int] | None:
+    """The seeds of the next actions of ``envs`` (each at its step count in ``steps``) under
+    ``stream_seed``; None without one (the policy's own generator)."""
+    if stream_seed is None:
+        return None
+    return [int(np.random.SeedSequence([stream_seed, int(i), int(k)]).generate_state(1)[0])
+            for i, k in zip(envs, steps)]
+
+
 def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]], *,
-                  deterministic: bool, on_step: Callable[[RolloutStep], bool | None]) -> bool:
+                  deterministic: bool, on_step: Callable[[RolloutStep], bool | None],
+                  stream_seed: int | None = None) -> bool:
     """Play ``env``'s episodes from ``obs`` / ``infos`` (right after a group reset) until all are done.
 
     :param on_step: called after every round; returning False stops the loop early.
+    :param stream_seed: sample each env's actions from its own stream (see the module docstring).
     :returns: False if ``on_step`` stopped it, else True.
     """
     histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
@@ -55,7 +81,8 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
         start = time.perf_counter()
         with th.no_grad():
             samples = policy.act([obs[i] for i in active], [infos[i] for i in active],
-                                 [histories[i] for i in active], deterministic=deterministic)
+                                 [histories[i] for i in active], deterministic=deterministic,
+                                 sample_seeds=sample_seeds(stream_seed, active, [len(histories[i]) for i in active]))
         policy_seconds = time.perf_counter() - start
         actions = np.full(env.num_envs, "", dtype=object)
         for k, i in enumerate(active):
@@ -68,6 +95,76 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
             return False
         obs, infos = new_obs, new_infos
     return True
+
+
+@dataclass
+class _InFlight:
+    """A worker's step in flight: the envs it steps, their samples and the infos they acted in."""
+
+    envs: list[int]
+    samples: list[ActionSample]
+    infos: list[dict[str, Any]]
+    policy_seconds: float
+
+
+def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]],
+                        *, deterministic: bool, on_step: Callable[[RolloutStep], bool | None],
+                        stream_seed: int) -> bool:
+    """:func:`play_episodes` with env steps overlapped with the policy's work (see the module docstring).
+
+    The unit is a worker process (all its active envs step together). The policy acts for the
+    envs of ready workers, at most half of the active envs per call so that one half steps
+    while the policy acts for the other, sends each worker its actions, and acts again for
+    workers that answered in the meantime; when no worker is ready it waits for the first
+    answer (or a worker's watchdog timeout: it is restarted and its episodes truncated, as in
+    lockstep). Each worker's answer is one :class:`RolloutStep`, recorded as it arrives.
+    """
+    obs, infos = obs.copy(), list(infos)  # each env's latest, updated as its worker answers
+    histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
+    hosted = env.worker_envs
+    active = env.active
+    cap = max(1, -(-int(active.sum()) // 2))
+    ready: deque[int] = deque(w for w, envs in enumerate(hosted) if active[envs].any())
+    in_flight: dict[int, _InFlight] = {}
+    stopped = False
+    while ready or in_flight:
+        if ready and not stopped:
+            workers, envs = [ready.popleft()], []
+            envs += [i for i in hosted[workers[0]] if active[i]]
+            while ready and len(envs) + int(active[hosted[ready[0]]].sum()) <= cap:
+                workers.append(ready.popleft())
+                envs += [i for i in hosted[workers[-1]] if active[i]]
+            start = time.perf_counter()
+            with th.no_grad():
+                samples = policy.act([obs[i] for i in envs], [infos[i] for i in envs], [histories[i] for i in envs],
+                                     deterministic=deterministic,
+                                     sample_seeds=sample_seeds(stream_seed, envs, [len(histories[i]) for i in envs]))
+            seconds = (time.perf_counter() - start) / len(envs)
+            by_env = dict(zip(envs, samples))
+            for w in workers:
+                mine = [i for i in hosted[w] if active[i]]
+                env.step_worker_send(w, {i: by_env[i].text for i in mine})
+                in_flight[w] = _InFlight(mine, [by_env[i] for i in mine], [infos[i] for i in mine],
+                                         seconds * len(mine))
+            continue  # act for any other ready worker before waiting: its envs then step beside these
+        for w in env.step_workers_ready():
+            flight = in_flight.pop(w)
+            stepped, rewards, dones, new_infos = env.step_worker_recv(w)
+            new_obs = env.observations
+            step_infos = list(infos)  # the infos each env acted in (read for the stepped envs only)
+            for i, info in zip(flight.envs, flight.infos):
+                step_infos[i] = info
+            for i, sample in zip(flight.envs, flight.samples):
+                histories[i].append((str(obs[i]), policy.history_text(sample)))
+                obs[i], infos[i] = new_obs[i], new_infos[i]
+            active = env.active
+            step = RolloutStep(np.array(flight.envs), flight.samples, step_infos, rewards, dones, new_infos,
+                               flight.policy_seconds)
+            if not stopped and on_step(step) is False:
+                stopped = True  # drain the steps in flight, so the vec env is left consistent
+            if not stopped and active[hosted[w]].any():
+                ready.append(w)
+    return not stopped
 
 
 @dataclass

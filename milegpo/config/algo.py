@@ -11,7 +11,7 @@ from typing import Any
 
 from milegpo.config.fields import check_int, check_number, check_type
 from milegpo.credit import CREDIT_METHODS, CreditConfig, make_credit_config
-from milegpo.options import CREDIT_PRESETS, LOSS_AGGREGATIONS, check_choice
+from milegpo.options import CREDIT_PRESETS, LOSS_AGGREGATIONS, ROLLOUT_MODES, check_choice
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,12 @@ class AlgoConfig:
     :param credit_preset: MileGPO's per-env setting, ``"alfworld"`` or ``"webshop"`` (theta_m, rho, eta,
         kappa_bc; no effect on the baselines), applied before ``credit_kwargs``.
     :param credit_kwargs: overrides of the credit method's config fields (``milegpo.credit.make_credit_config``).
+    :param rollout: ``"lockstep"`` (the policy acts for every active env, then every env steps) or
+        ``"async"`` (with envs in worker processes: the policy acts for the envs whose workers have
+        answered while the others still step; :func:`milegpo.algos.rollout.play_episodes_async`).
+    :param per_env_sampling: each env samples from its own stream, seeded by (run, iteration, env,
+        step), so an action does not depend on which envs share the policy's call; null: on for
+        ``async`` (which needs it to be reproducible), off for ``lockstep``.
     """
 
     method: str = "milegpo"
@@ -54,9 +60,16 @@ class AlgoConfig:
     weight_decay: float = 0.0
     credit_preset: str | None = None
     credit_kwargs: dict[str, Any] = field(default_factory=dict)
+    rollout: str = "lockstep"
+    per_env_sampling: bool | None = None
 
     def __post_init__(self) -> None:
         check_choice("algo.method", self.method, CREDIT_METHODS)
+        check_choice("algo.rollout", self.rollout, ROLLOUT_MODES)
+        check_type("algo.per_env_sampling", self.per_env_sampling, bool, "true, false or null", optional=True)
+        if self.rollout == "async" and self.per_env_sampling is False:
+            raise ValueError("algo.rollout=async samples per env (what an env does must not depend on which envs "
+                             "are ready together): leave algo.per_env_sampling null or true")
         check_number("algo.learning_rate", self.learning_rate, positive=False)  # 0: the weights stay as they are
         check_int("algo.n_epochs", self.n_epochs, 1)
         check_int("algo.batch_size", self.batch_size, 1, optional=True)
@@ -74,6 +87,11 @@ class AlgoConfig:
             check_choice("algo.credit_preset", self.credit_preset, CREDIT_PRESETS)
         check_type("algo.credit_kwargs", self.credit_kwargs, dict, "a mapping")
         self.credit_config()  # unknown or bad credit fields are refused here, not at the first update
+
+    @property
+    def samples_per_env(self) -> bool:
+        """Whether each env samples from its own stream (``per_env_sampling``, or null and ``async``)."""
+        return self.per_env_sampling if self.per_env_sampling is not None else self.rollout == "async"
 
     def credit_config(self) -> CreditConfig:
         """The credit method's config: its defaults, then the preset (MileGPO only), then ``credit_kwargs``."""

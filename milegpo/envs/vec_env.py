@@ -49,7 +49,7 @@ import multiprocessing as mp
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,9 @@ class GroupedTextVecEnv(VecEnv):
         else:
             self._workers = [LocalWorker([env_fn] * num_envs)]
 
+        self._global_index = {slot: i for i, slot in enumerate(self._slots)}
+        #: worker -> (the items of its step in flight, when it was sent): asynchronous steps
+        self._sent: dict[int, tuple[list[tuple[int, str]], float]] = {}
         self._obs = np.array([""] * num_envs, dtype=object)
         self._active = np.zeros(num_envs, dtype=bool)
         self._last_infos: list[dict[str, Any]] = [{"inactive": True} for _ in range(num_envs)]
@@ -264,11 +267,16 @@ class GroupedTextVecEnv(VecEnv):
             w, j = self._slots[i]
             action = actions[i]
             items.setdefault(w, []).append((j, action if isinstance(action, str) else str(action)))
-        results = self._dispatch("step", items)
-
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         dones = ~self._active
         infos = [dict(info, inactive=True) for info in self._last_infos]
+        self._apply_step(self._dispatch("step", items), rewards, dones, infos)
+        return self._obs.copy(), rewards, dones, infos
+
+    def _apply_step(self, results: Mapping[int, Result], rewards: np.ndarray, dones: np.ndarray,
+                    infos: list[dict[str, Any]]) -> None:
+        """Take per-env step results into the vec env's state, and into ``rewards`` / ``dones`` /
+        ``infos`` (indexed by env): an env error ends the episode as truncated."""
         for i, (status, value) in results.items():
             if status == "ok":
                 obs, reward, terminated, truncated, info = value
@@ -286,7 +294,65 @@ class GroupedTextVecEnv(VecEnv):
             dones[i] = done
             infos[i] = info
             self._last_infos[i] = info
-        return self._obs.copy(), rewards, dones, infos
+
+    # ----------------------------------------------------- asynchronous steps
+    # The rollout loop may step some envs while the policy acts for others (``algo.rollout=async``).
+    # The unit is a worker process: all the active envs it hosts are stepped by one command, and an
+    # env can act again once its worker has answered. Results are as step_wait() gives them.
+
+    @property
+    def worker_envs(self) -> list[list[int]]:
+        """The env indices each worker hosts, in worker order."""
+        hosted: list[list[int]] = [[] for _ in self._workers]
+        for i, (w, _) in enumerate(self._slots):
+            hosted[w].append(i)
+        return hosted
+
+    def step_worker_send(self, worker: int, actions: Mapping[int, str]) -> None:
+        """Send one step to ``worker`` for its active envs (``actions``: env index -> action text)."""
+        items = [(self._slots[i][1], str(action)) for i, action in actions.items()]
+        if any(self._slots[i][0] != worker or not self._active[i] for i in actions):
+            raise ValueError(f"actions must be for active envs of worker {worker}, got envs {sorted(actions)}")
+        self._sent[worker] = (items, time.monotonic())
+        self._workers[worker].send("step", items)
+
+    def step_workers_ready(self, timeout: float | None = None) -> list[int]:
+        """The workers with a step in flight whose answer has arrived, waiting up to ``timeout`` seconds
+        for the first (None: until one answers, or one passes its watchdog timeout and is returned
+        for :meth:`step_worker_recv` to restart)."""
+        from multiprocessing.connection import wait
+
+        busy: dict[Any, int] = {self._workers[w].connection: w for w in self._sent
+                                if self._workers[w].connection is not None}
+        if len(busy) < len(self._sent):  # an in-process worker answers at once
+            return sorted(w for w in self._sent if self._workers[w].connection is None)
+        if not busy:
+            return []
+        if timeout is None:
+            overdue = min(sent + self._workers[w].timeout for w, (_, sent) in self._sent.items())
+            timeout = max(0.0, overdue - time.monotonic())
+        ready = sorted(busy[conn] for conn in wait(list(busy), timeout))
+        now = time.monotonic()
+        late = [w for w, (_, sent) in self._sent.items() if now - sent >= self._workers[w].timeout]
+        return sorted(set(ready) | set(late))
+
+    def step_worker_recv(self, worker: int) -> tuple[list[int], np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """The answer of ``worker`` to its step: ``(envs, rewards, dones, infos)`` for the envs it stepped
+        (rewards, dones and infos indexed by env over all envs); :attr:`active` and the observations
+        are updated as by :meth:`step_wait`."""
+        items, sent = self._sent.pop(worker)
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        dones = ~self._active
+        infos = [dict(info, inactive=True) for info in self._last_infos]
+        remaining = max(0.0, sent + self._workers[worker].timeout - time.monotonic())  # the watchdog, from the send
+        results = self._receive(worker, items, remaining)
+        self._apply_step(results, rewards, dones, infos)
+        return sorted(results), rewards, dones, infos
+
+    @property
+    def observations(self) -> np.ndarray:
+        """The envs' latest observations (a copy)."""
+        return self._obs.copy()
 
     def infos_of(self, observations: object) -> list[dict[str, Any]] | None:
         """The envs' latest infos when ``observations`` are exactly their latest observations (what
@@ -345,24 +411,31 @@ class GroupedTextVecEnv(VecEnv):
         """
         for w, worker_items in items.items():
             self._workers[w].send(command, worker_items)
-        local_to_global = {slot: i for i, slot in enumerate(self._slots)}
         results: dict[int, Result] = {}
         for w, worker_items in items.items():
-            try:
-                status, payload = self._workers[w].recv()
-                if status != "ok":  # EnvHost.reset/step never raise: a protocol failure
-                    raise EnvWorkerError(f"env-worker-{w} failed: {payload!r}")
-            except EnvWorkerError as exc:
-                message = f"{exc}; the worker was restarted and the episodes it hosted were truncated"
-                self._restart(w)
-                payload = [("error", (message, message, message))] * len(worker_items)
-            for (j, *_), (status, value) in zip(worker_items, payload):
-                i = local_to_global[(w, j)]
-                if status == "error":  # report once here, pass the one-line message on
-                    message, details, kind = value
-                    self.errors.report(i, message, details, kind)
-                    value = message
-                results[i] = (status, value)
+            results.update(self._receive(w, worker_items))
+        return results
+
+    def _receive(self, w: int, worker_items: list, wait: float | None = None) -> dict[int, Result]:
+        """Worker ``w``'s per-env results of the command sent with ``worker_items`` (env index -> result),
+        waiting up to ``wait`` seconds (default: its watchdog timeout); a worker that died or hung is
+        restarted and its envs get an error result, each reported once."""
+        try:
+            status, payload = self._workers[w].recv(wait)
+            if status != "ok":  # EnvHost.reset/step never raise: a protocol failure
+                raise EnvWorkerError(f"env-worker-{w} failed: {payload!r}")
+        except EnvWorkerError as exc:
+            message = f"{exc}; the worker was restarted and the episodes it hosted were truncated"
+            self._restart(w)
+            payload = [("error", (message, message, message))] * len(worker_items)
+        results: dict[int, Result] = {}
+        for (j, *_), (status, value) in zip(worker_items, payload):
+            i = self._global_index[(w, j)]
+            if status == "error":  # report once here, pass the one-line message on
+                message, details, kind = value
+                self.errors.report(i, message, details, kind)
+                value = message
+            results[i] = (status, value)
         return results
 
     def _call_indices(self, command: str, indices: VecEnvIndices, *data: Any) -> list[Any]:

@@ -191,13 +191,18 @@ class LocalWorker:
         self.host = EnvHost(env_fns)
         self._reply: tuple[str, Any] = ("ok", None)
 
+    #: no pipe to wait on: an in-process worker answers within send()
+    connection = None
+    #: never hung: the host runs in this process
+    timeout = float("inf")
+
     def send(self, command: str, *data: Any) -> None:
         try:
             self._reply = ("ok", getattr(self.host, command)(*data))
         except Exception as exc:
             self._reply = ("raise", exc)
 
-    def recv(self) -> tuple[str, Any]:
+    def recv(self, wait: float | None = None) -> tuple[str, Any]:
         return self._reply
 
     def restart(self) -> None:  # pragma: no cover - a local worker cannot die
@@ -241,11 +246,17 @@ class ProcessWorker:
         except (OSError, ValueError) as exc:  # broken pipe: the process is gone
             self._send_error = exc
 
-    def recv(self) -> tuple[str, Any]:
+    @property
+    def connection(self) -> Any:
+        """The pipe end to wait on for this worker's answer (``multiprocessing.connection.wait``)."""
+        return self.conn
+
+    def recv(self, wait: float | None = None) -> tuple[str, Any]:
+        """The worker's answer, waiting up to ``wait`` seconds (default: its timeout) before it is hung."""
         if self._send_error is not None:
             raise EnvWorkerError(f"{self.name} is not reachable ({self._send_error!r}){self._exit_text()}")
         try:
-            if not self.conn.poll(self.timeout):
+            if not self.conn.poll(self.timeout if wait is None else wait):
                 raise EnvWorkerError(f"{self.name} gave no answer within {self.timeout:g} s (hung env?)")
             return self.conn.recv()
         except (EOFError, OSError) as exc:

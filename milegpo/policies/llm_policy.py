@@ -209,10 +209,19 @@ class LLMPolicy(AdapterFilesMixin):
         infos: Sequence[Mapping[str, Any]],
         histories: Sequence[Sequence[tuple[str, str]]],
         deterministic: bool = False,
+        sample_seeds: Sequence[int] | None = None,
     ) -> list[ActionSample]:
-        """Sample one action per env (see the module docstring for the two modes)."""
+        """Sample one action per env (see the module docstring for the two modes).
+
+        ``sample_seeds`` (one per env) make each env's sample its own: in choose mode an env's action
+        is drawn from a generator seeded by its seed, so it does not depend on which other envs share
+        the call (the asynchronous rollout relies on it); in generate mode the call's sampler seed is
+        derived from them (the same envs in one call sample the same). Default: the policy's generator.
+        """
         if not (len(observations) == len(infos) == len(histories)):
             raise ValueError(f"got {len(observations)} observations, {len(infos)} infos, {len(histories)} histories")
+        if sample_seeds is not None and len(sample_seeds) != len(observations):
+            raise ValueError(f"got {len(sample_seeds)} sample seeds for {len(observations)} observations")
         if len(observations) == 0:
             return []
         prompts = [self.build_prompt(o, i, h) for o, i, h in zip(observations, infos, histories)]
@@ -221,13 +230,14 @@ class LLMPolicy(AdapterFilesMixin):
         try:
             with th.no_grad():
                 if self.mode == "choose":
-                    return self._choose(prompts, infos, deterministic)
-                return self._generate(prompts, [str(i.get("action_format", "tags")) for i in infos], deterministic)
+                    return self._choose(prompts, infos, deterministic, sample_seeds)
+                return self._generate(prompts, [str(i.get("action_format", "tags")) for i in infos], deterministic,
+                                      sample_seeds)
         finally:
             self.set_training_mode(was_training)
 
     def _choose(self, prompts: list[list[int]], infos: Sequence[Mapping[str, Any]],
-                deterministic: bool) -> list[ActionSample]:
+                deterministic: bool, sample_seeds: Sequence[int] | None = None) -> list[ActionSample]:
         commands = []
         for i, info in enumerate(infos):
             cmds = info.get("admissible_commands")
@@ -239,12 +249,15 @@ class LLMPolicy(AdapterFilesMixin):
             commands.append(list(cmds))
         candidates = [[self._candidate_ids(c) for c in cmds] for cmds in commands]
         samples = []
-        for prompt, cmds, cands, scores in zip(prompts, commands, candidates, self._scores(prompts, candidates)):
+        rngs = [np.random.default_rng(seed) for seed in sample_seeds] if sample_seeds is not None else None
+        for k, (prompt, cmds, cands, scores) in enumerate(zip(prompts, commands, candidates,
+                                                             self._scores(prompts, candidates))):
             log_pi = th.log_softmax(scores.float() / self.temperature, dim=-1).cpu()
             if deterministic:
                 chosen = int(log_pi.argmax())
             else:
-                chosen = int(self._rng.choice(len(cmds), p=_normalised(log_pi.exp().numpy())))
+                rng = rngs[k] if rngs is not None else self._rng
+                chosen = int(rng.choice(len(cmds), p=_normalised(log_pi.exp().numpy())))
             samples.append(
                 ActionSample(
                     text=cmds[chosen], prompt_ids=prompt, action_ids=cands[chosen], candidate_ids=cands, chosen=chosen,
@@ -270,10 +283,13 @@ class LLMPolicy(AdapterFilesMixin):
             self._rng = rng
 
     def _generate(self, prompts: list[list[int]], action_formats: Sequence[str],
-                  deterministic: bool) -> list[ActionSample]:
+                  deterministic: bool, sample_seeds: Sequence[int] | None = None) -> list[ActionSample]:
         """Replies from the sampler, parsed into actions (each env's ``action_format`` under
         ``action_parser="auto"``), with the behaviour log-probs of their tokens."""
-        seed = int(self._rng.integers(2**31 - 1))  # the sampler's randomness follows the policy's generator
+        if sample_seeds is not None:  # one sampler call for all rows: its seed follows the rows' seeds
+            seed = int(np.random.SeedSequence([int(s) for s in sample_seeds]).generate_state(1)[0] >> 1)
+        else:  # the sampler's randomness follows the policy's generator
+            seed = int(self._rng.integers(2**31 - 1))
         completions = self.sampler.generate(prompts, self.temperature, self.config.max_new_tokens, deterministic, seed)
         replies = [c.token_ids for c in completions]
         recompute = not isinstance(self.sampler,

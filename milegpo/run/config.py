@@ -39,6 +39,9 @@ class EnvConfig:
     :param group_size: rollouts per task: the group the credit compares (the paper: 8).
     :param subprocess: run the envs in worker processes (slow engines: ALFWorld, WebShop); the only
         mode with hang and crash protection (a worker silent for ``worker_timeout_s``, or dead, is restarted).
+    :param n_workers: env worker processes with ``subprocess`` (null: one per CPU core, at most one per
+        env); more than cores suits envs that wait (a server, a sleep): ``algo.rollout=async`` overlaps
+        per worker.
     :param worker_timeout_s: seconds an env worker may take to answer one reset or step (of all the envs
         it hosts) before it is declared hung, killed and restarted (with ``subprocess``).
     """
@@ -49,6 +52,7 @@ class EnvConfig:
     n_tasks: int = 16
     group_size: int = 8
     subprocess: bool = False
+    n_workers: int | None = None
     worker_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -58,6 +62,7 @@ class EnvConfig:
         check_int("env.n_tasks", self.n_tasks, 1)
         check_int("env.group_size", self.group_size, 1)
         check_type("env.subprocess", self.subprocess, bool, "true or false")
+        check_int("env.n_workers", self.n_workers, 1, optional=True)
         check_number("env.worker_timeout_s", self.worker_timeout_s)
 
     def kwargs_for(self, split: str | None) -> dict[str, Any]:

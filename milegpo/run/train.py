@@ -87,7 +87,7 @@ def _eval_env(config: TrainConfig, split: str | None):
 
     return make_vec_env(config.env.id, n_tasks=config.eval.n_tasks, group_size=config.eval.copies, seed=config.run.seed,
                         env_kwargs=config.env.kwargs_for(split), subprocess=config.env.subprocess,
-                        timeout=config.env.worker_timeout_s)
+                        n_workers=config.env.n_workers, timeout=config.env.worker_timeout_s)
 
 
 def default_run_dir(config: TrainConfig) -> Path:
@@ -176,7 +176,7 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
         env = make_vec_env(config.env.id, n_tasks=config.env.n_tasks // world.size, group_size=config.env.group_size,
                            seed=config.run.seed, env_kwargs=config.env.kwargs_for(config.env.train_split),
                            subprocess=config.env.subprocess, shard=(world.rank, world.size),
-                           timeout=config.env.worker_timeout_s)
+                           n_workers=config.env.n_workers, timeout=config.env.worker_timeout_s)
         env.errors.path = run_dir / ENV_ERRORS_FILE
         device = distributed.rank_device(config.run.device, world)
         if checkpoint is not None:

@@ -1,0 +1,137 @@
+"""Rollout throughput with slow envs: ``algo.rollout=async`` against lockstep, and what it learns.
+
+The env is House (the built-in env's logic) whose every step waits in its worker process: a
+fixed latency (20, 50, 200 ms) or an exponential one with the same mean (heavy-tailed: in
+lockstep every round waits for the slowest of all envs). The policy is the CPU demo's (the
+offline tiny LM in choose mode, its settings), 4 tasks x 8 copies, one worker process per env.
+For each latency, mode and seed, MileGPO trains ``--steps`` env steps; the table gives the
+rollout's env steps per second (``time/env_steps_per_s``: env steps over the rollout's wall
+time, policy included), the speed-up of async over lockstep (the ratio of medians over seeds),
+and held-out success on House's ``eval_id`` split after training (greedy, without latency).
+Both modes sample each env from its own stream (``algo.per_env_sampling``), so at equal scores
+they take the same actions: any difference in success comes from float noise in batched scores.
+
+Results go to ``benchmarks/results/async_rollouts.{json,md}`` after every run (interleaved:
+lockstep and async alternate within each latency and seed; process CPU time beside wall time;
+the load average at start and end of each run).
+
+    python benchmarks/async_rollouts.py [--steps 2000] [--seeds 0 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from milegpo.envs.house import HouseEnv
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LATENCIES = [("fixed", 20), ("fixed", 50), ("fixed", 200), ("exponential", 20), ("exponential", 50),
+             ("exponential", 200)]
+
+
+class LatencyHouse(HouseEnv):
+    """House whose steps wait ``latency_ms`` (fixed, or exponential with that mean) before answering,
+    as an env behind a server or a tool call would."""
+
+    def __init__(self, latency_ms: float = 50.0, distribution: str = "fixed", **kwargs):
+        super().__init__(**kwargs)
+        self.latency_s = latency_ms / 1000.0
+        self.distribution = distribution
+        self._wait_rng = np.random.default_rng()
+
+    def _step(self, action: str):
+        wait = self.latency_s if self.distribution == "fixed" else self._wait_rng.exponential(self.latency_s)
+        time.sleep(wait)
+        return super()._step(action)
+
+
+def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int, model_path: str) -> dict:
+    """Train one run; its rollout speed, CPU time and held-out success."""
+    import csv
+    import functools
+
+    from stable_baselines3.common.logger import configure
+
+    from milegpo import MileGPO, make_vec_env
+    from milegpo.config.presets import DEMO_PRESET, preset_section
+
+    factory = functools.partial(LatencyHouse, latency_ms=latency_ms, distribution=distribution, split="train")
+    env = make_vec_env(factory, n_tasks=4, group_size=8, seed=seed, subprocess=True, n_workers=32)
+    held_out = make_vec_env("milegpo/House-v0", n_tasks=25, group_size=1, env_kwargs={"split": "eval_id"})
+    load_start = os.getloadavg()[0]
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    try:
+        model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, per_env_sampling=True,
+                        **preset_section(DEMO_PRESET, "algo"),
+                        policy_kwargs={"model": model_path, **preset_section(DEMO_PRESET, "policy")})
+        with tempfile.TemporaryDirectory() as folder:
+            model.set_logger(configure(folder, ["csv"]))
+            model.learn(steps)
+            rows = list(csv.DictReader(open(Path(folder) / "progress.csv")))
+        success = model.evaluate(held_out, n_episodes=25)["success_rate"]
+    finally:
+        env.close()
+        held_out.close()
+    speeds = [float(r["time/env_steps_per_s"]) for r in rows if r.get("time/env_steps_per_s")]
+    rollout_s = sum(float(r["time/rollout_s"]) for r in rows if r.get("time/rollout_s"))
+    return {"distribution": distribution, "latency_ms": latency_ms, "mode": mode, "seed": seed, "steps": steps,
+            "env_steps_per_s": statistics.median(speeds), "rollout_s": rollout_s,
+            "wall_s": time.perf_counter() - wall_start, "cpu_s": time.process_time() - cpu_start,
+            "held_out_success": success, "load": [load_start, os.getloadavg()[0]]}
+
+
+def table(runs: list[dict]) -> str:
+    """The markdown table: per latency, each mode's median speed, the speed-up and held-out success."""
+    lines = ["| latency | lockstep env steps/s | async env steps/s | speed-up | held-out success lockstep / async |",
+             "|---|---|---|---|---|"]
+    for distribution, latency in LATENCIES:
+        got = {mode: [r for r in runs if (r["distribution"], r["latency_ms"], r["mode"]) == (distribution, latency,
+                                                                                           mode)]
+               for mode in ("lockstep", "async")}
+        if not got["lockstep"] or not got["async"]:
+            continue
+        speed = {mode: statistics.median(r["env_steps_per_s"] for r in got[mode]) for mode in got}
+        success = {mode: "[" + ", ".join(f"{r['held_out_success']:.2f}" for r in got[mode]) + "]" for mode in got}
+        lines.append(f"| {distribution} {latency} ms | {speed['lockstep']:.0f} | {speed['async']:.0f} | "
+                     f"{speed['async'] / speed['lockstep']:.2f}x | {success['lockstep']} / {success['async']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=2000, help="env steps of each training run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", default=str(RESULTS / "async_rollouts"))
+    args = parser.parse_args()
+
+    import torch
+
+    from milegpo.policies import tiny_model
+
+    torch.set_num_threads(1)
+    model_path = tiny_model(HouseEnv.vocabulary(), tempfile.mkdtemp(prefix="async-tiny-"), hidden_size=32,
+                            num_layers=1, num_heads=2)
+    out = Path(args.out)
+    runs: list[dict] = []
+    meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
+            "envs": 32, "workers": 32, "policy": "cpu-demo tiny LM, choose mode, 1 torch thread"}
+    for distribution, latency in LATENCIES:
+        for seed in args.seeds:
+            for mode in ("lockstep", "async"):
+                runs.append(run_one(distribution, latency, mode, seed, args.steps, model_path))
+                out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
+                out.with_suffix(".md").write_text(table(runs))
+                print(json.dumps(runs[-1]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
