@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from milegpo.algos.buffer import RolloutMinibatch, TextRolloutBuffer, minibatch_rows, split_by_tokens
+from milegpo.algos.buffer import (
+    RolloutMinibatch,
+    TextRolloutBuffer,
+    global_conversations,
+    minibatch_rows,
+    split_by_tokens,
+)
 from milegpo.algos.update import micro_batches
 from milegpo.envs.core import TextSpace
 from milegpo.policies import LLMPolicy
@@ -183,3 +189,8 @@ def test_the_update_keeps_chat_conversations_together(model_path: str, prompt_fo
     reference, _ = score_rows(policy.model, [s.prompt_ids for s in parts[0].samples],
                               [s.action_ids for s in parts[0].samples], policy.pad_id, policy.temperature, 4096)
     assert float((logp[mask] - torch.cat(reference)).detach().abs().max()) <= 1e-5
+
+
+def test_ranks_conversations_are_numbered_over_the_global_batch():
+    per_rank = [np.array([0, 0, 1]), np.zeros(0, np.int64), np.array([0, 1, 1])]
+    np.testing.assert_array_equal(global_conversations(per_rank), [0, 0, 1, 2, 3, 3])
