@@ -24,6 +24,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from milegpo.policies.tools import chat_template_for_tools
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -272,16 +274,25 @@ class ChatPromptBuilder:
 
     def build(self, task: str, observation: str, history: Sequence[tuple[str, str]],
               info: Mapping[str, Any]) -> list[int]:
-        """Prompt token ids within ``max_prompt_tokens``: the most recent turns that fit."""
+        """Prompt token ids within ``max_prompt_tokens``: the most recent turns that fit (with the env's
+        ``info["tools"]``, a tool-calling env's function schemas, rendered by the chat template)."""
+        tools = info.get("tools") or None
         for k in range(min(self.history_length, len(history)), -1, -1):
-            ids = self.encode(self.messages(task, observation, history, info, k))
+            ids = self.encode(self.messages(task, observation, history, info, k), tools)
             if len(ids) <= self.max_prompt_tokens:
                 return ids
         raise ValueError(f"the chat prompt does not fit max_prompt_tokens={self.max_prompt_tokens} even without "
                          f"past turns ({len(ids)} tokens): raise max_prompt_tokens")
 
-    def encode(self, messages: list[dict[str, str]]) -> list[int]:
-        """The chat template's token ids of ``messages`` with the next assistant turn's generation prompt."""
-        encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    def encode(self, messages: list[dict[str, str]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+        """The chat template's token ids of ``messages`` with the next assistant turn's generation prompt;
+        ``tools`` (JSON schemas) go to the template (:data:`~milegpo.policies.tools.TOOL_CHAT_TEMPLATE` when
+        the tokenizer's own template ignores tools)."""
+        if tools:
+            encoded = self.tokenizer.apply_chat_template(
+                messages, tools=[dict(t) for t in tools], chat_template=chat_template_for_tools(self.tokenizer),
+                add_generation_prompt=True, tokenize=True)
+        else:
+            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded  # a BatchEncoding in transformers 5
         return [int(i) for i in cast(list[int], ids)]

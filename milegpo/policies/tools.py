@@ -1,0 +1,101 @@
+"""Tool-calling actions (``action_format="tools"``): tools in the chat template, tool calls out of the reply.
+
+An env whose actions are function calls declares its tools as JSON schemas (``info["tools"]``, the
+``[{"type": "function", "function": {"name", "description", "parameters"}}]`` list that
+``apply_chat_template(..., tools=...)`` takes). The chat prompt renders them through the tokenizer's
+own chat template when that template knows tools, else through :data:`TOOL_CHAT_TEMPLATE` (ChatML with
+``<tool_call>`` JSON calls, the format of the Qwen 2.5 / Hermes family, e.g. for SmolLM2, whose
+template has no tools). The model's reply is parsed by transformers' own response parser
+(``tokenizer.parse_response``) with the tokenizer's ``response_template`` where it has one, else
+:data:`TOOL_CALL_RESPONSE_TEMPLATE` (the same ``<tool_call>`` format). The env receives the calls as one
+canonical JSON string (:func:`tool_calls_action`), ``[{"name": ..., "arguments": {...}}, ...]``; a reply
+without a well-formed call is unparsed (the env then counts an invalid action: penalty, state unchanged).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: a ChatML chat template that renders ``tools`` (used when the tokenizer's own template ignores them)
+TOOL_CHAT_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\\n' }}"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+    "{{ 'You may call one or more functions. Their signatures are JSON schemas inside <tools></tools>:\\n<tools>\\n' }}"
+    "{% for tool in tools %}{{ tool | tojson }}{{ '\\n' }}{% endfor %}"
+    "{{ '</tools>\\nCall a function with a JSON object inside <tool_call></tool_call> tags:\\n<tool_call>\\n' }}"
+    "{{ '{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{% elif messages[0]['role'] == 'system' %}"
+    "{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{% endif %}"
+    "{% for message in messages %}{% if not (loop.first and message['role'] == 'system') %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+#: transformers ``response_template`` of replies with ``<tool_call>{json}</tool_call>`` calls
+TOOL_CALL_RESPONSE_TEMPLATE: dict[str, Any] = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "content": {"content": "text"},
+        "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json", "repeats": True,
+                       "transform": {"type": "function", "function": "{content}"}},
+    },
+}
+
+
+def renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template uses the ``tools`` it is given."""
+    template = getattr(tokenizer, "chat_template", None)
+    return isinstance(template, str) and "tools" in template
+
+
+def chat_template_for_tools(tokenizer: Any) -> str | None:
+    """The chat template to render tools with: None (the tokenizer's own) or :data:`TOOL_CHAT_TEMPLATE`."""
+    return None if renders_tools(tokenizer) else TOOL_CHAT_TEMPLATE
+
+
+def tool_calls_action(calls: Sequence[Mapping[str, Any]]) -> str:
+    """The env's action for ``calls`` (``{"name", "arguments"}`` each, or the ``{"type": "function",
+    "function": {...}}`` form): canonical JSON (sorted keys), so equal calls are equal actions."""
+    plain = []
+    for call in calls:
+        function = call.get("function", call)
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            arguments = json.loads(arguments)
+        plain.append({"name": function["name"], "arguments": arguments})
+    return json.dumps(plain, sort_keys=True)
+
+
+def read_tool_calls(action: str) -> list[dict[str, Any]] | None:
+    """The calls of an action :func:`tool_calls_action` wrote; None when ``action`` is not such a list."""
+    try:
+        calls = json.loads(action)
+    except (TypeError, ValueError):
+        return None
+    if not (isinstance(calls, list) and calls and all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments"), dict)
+            for c in calls)):
+        return None
+    return calls
+
+
+def parse_tool_reply(reply: str, tokenizer: Any = None, tools: Sequence[Mapping[str, Any]] | None = None,
+                     ) -> tuple[str, bool]:
+    """``(action, parsed)`` of a reply: its tool calls as :func:`tool_calls_action`, by transformers'
+    response parser (the tokenizer's ``response_template``, else :data:`TOOL_CALL_RESPONSE_TEMPLATE`;
+    argument values cast by the ``tools``' schemas). No call, or a malformed one: ``(reply, False)``."""
+    from transformers.utils.chat_parsing import parse_response
+
+    schema = getattr(tokenizer, "response_template", None) or TOOL_CALL_RESPONSE_TEMPLATE
+    schemas: list[Any] | None = [dict(tool) for tool in tools] if tools else None
+    try:
+        if tokenizer is not None:
+            message = tokenizer.parse_response(reply, schema=schema, prefix="", tools=schemas)
+        else:
+            message = parse_response(reply, schema, prefix="", tools=schemas)
+        calls = message.get("tool_calls") or []
+        return (tool_calls_action(calls), True) if calls else (reply, False)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return reply, False

