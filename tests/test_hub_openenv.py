@@ -19,12 +19,16 @@ import pytest
 pytest.importorskip("openenv.core.env_server.interfaces",
                     reason='pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"')
 
+from fastmcp import FastMCP  # noqa: E402
 from openenv.core.env_server.interfaces import Environment  # noqa: E402
+from openenv.core.env_server.mcp_environment import MCPEnvironment  # noqa: E402
+from openenv.core.env_server.mcp_types import CallToolAction  # noqa: E402
 from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
 
 from milegpo.cli import build_parser, main, play  # noqa: E402
 from milegpo.envs import make_env, make_vec_env  # noqa: E402
-from milegpo.envs.hubs import OpenEnvEnv, register_hub_env  # noqa: E402
+from milegpo.envs.hubs import OpenEnvEnv, OpenEnvToolEnv, register_hub_env  # noqa: E402
+from milegpo.policies.tools import tool_calls_action  # noqa: E402
 
 
 class GuessAction(Action):
@@ -68,6 +72,48 @@ class GuessEnvironment(Environment[GuessAction, GuessObservation, GuessState]):
 
 
 GAME = f"{__name__}:GuessEnvironment"
+
+
+class GuessMCPEnvironment(MCPEnvironment):
+    """The number game with a tool: guess(number) through OpenEnv's MCP machinery (FastMCP in-process);
+    its step sets reward and done on the tool's observation."""
+
+    def __init__(self) -> None:
+        server = FastMCP("guess")
+
+        @server.tool
+        def guess(number: int) -> str:
+            """Guess the secret number from 1 to 8."""
+            self.tries += 1
+            self.solved = number == self.number
+            return "right" if self.solved else ("higher" if number < self.number else "lower")
+
+        super().__init__(server)
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: object) -> Observation:
+        self.number, self.tries, self.solved = random.Random(seed).randint(1, 8), 0, False
+        self._state = State(episode_id=episode_id, step_count=0)
+        return Observation(metadata={"prompt": "Find the secret number with the guess tool."})
+
+    def step(self, action: Action, timeout_s: float | None = None, **kwargs: object) -> Observation:
+        observation = super().step(action, timeout_s=timeout_s, **kwargs)
+        if isinstance(action, CallToolAction):
+            self._state.step_count += 1
+            observation.reward = 1.0 if self.solved else 0.0
+            observation.done = self.solved or self.tries >= 3
+        return observation
+
+    def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: object) -> Observation:
+        return Observation(metadata={"error": f"unknown action {type(action).__name__}"})
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+def call(number: int) -> str:
+    return tool_calls_action([{"name": "guess", "arguments": {"number": number}}])
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +171,31 @@ def test_the_generated_echo_environment(echo_env: str) -> None:
     assert info["openenv_metadata"]["original_message"] == "hello"
     *_, truncated, info = env.step("hi")
     assert truncated and not info["won"]
+
+
+def test_an_mcp_environment_is_played_with_tool_calls() -> None:
+    env = OpenEnvToolEnv(GuessMCPEnvironment, invalid_action_penalty=0.1)
+    observation, info = env.reset(seed=3)
+    assert observation == "Find the secret number with the guess tool." and info["action_format"] == "tools"
+    (tool,) = info["tools"]
+    assert tool["function"]["name"] == "guess" and tool["function"]["parameters"]["required"] == ["number"]
+    assert info["observation_role"] == "tool"
+    number = env.hub.number
+    wrong = number % 8 + 1
+    observation, reward, terminated, _, info = env.step(call(wrong))
+    assert observation == ("higher" if wrong < number else "lower") and reward == 0.0 and not terminated
+    _, reward, _, _, info = env.step("I guess four")  # no tool call: invalid, the environment never sees it
+    assert reward == -0.1 and not info["valid_action"] and env.hub.tries == 1
+    observation, reward, terminated, _, info = env.step(call(number))
+    assert observation == "right" and reward == 1.0 and terminated and info["won"]
+    assert register_hub_env(f"openenv:{__name__}:GuessMCPEnvironment")
+    assert isinstance(make_env(f"openenv:{__name__}:GuessMCPEnvironment"), OpenEnvToolEnv)  # chosen by the class
+    venv = make_vec_env(OpenEnvToolEnv, n_tasks=1, group_size=2, seed=0,
+                        env_kwargs={"environment": f"{__name__}:GuessMCPEnvironment"})
+    venv.reset()
+    first, second = venv.get_attr("hub")
+    assert first.number == second.number
+    venv.close()
 
 
 def test_cli_trains_evaluates_plays_and_exports(echo_env: str, tmp_path: Path,

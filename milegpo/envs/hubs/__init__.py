@@ -8,7 +8,7 @@ prefix          example                                     adapter
 ==============  ==========================================  ====================================
 ``textarena:``  ``textarena:GuessTheNumber-v0``             :class:`TextArenaEnv`
 ``gem:``        ``gem:game:GuessTheNumber-v0-easy``         :class:`GEMEnv`
-``openenv:``    ``openenv:my_pkg.server:MyEnvironment``     :class:`OpenEnvEnv`
+``openenv:``    ``openenv:my_pkg.server:MyEnvironment``     :class:`OpenEnvEnv` / :class:`OpenEnvToolEnv` (MCP)
 ==============  ==========================================  ====================================
 
 :func:`register_hub_env` registers such an id (its adapter with the hub's id as argument); the
@@ -19,19 +19,21 @@ Importing this package imports no hub: an adapter imports its hub when construct
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from milegpo.envs.hubs.base import HubEnv
 from milegpo.envs.hubs.gem import GEMEnv
-from milegpo.envs.hubs.openenv import OpenEnvEnv
+from milegpo.envs.hubs.openenv import OpenEnvEnv, OpenEnvToolEnv, make_openenv_env
 from milegpo.envs.hubs.textarena import TextArenaEnv
+from milegpo.envs.hubs.tools import ToolEnv
 from milegpo.envs.registration import register_env
 
-#: prefix -> (adapter, the keyword argument that takes the hub's id)
-HUBS: dict[str, tuple[type[HubEnv], str]] = {
+#: prefix -> (adapter or a function making one, the keyword argument that takes the hub's id)
+HUBS: dict[str, tuple[Callable[..., HubEnv], str]] = {
     "textarena": (TextArenaEnv, "game"),
     "gem": (GEMEnv, "game"),
-    "openenv": (OpenEnvEnv, "environment"),
+    "openenv": (make_openenv_env, "environment"),  # OpenEnvToolEnv for an MCP environment, else OpenEnvEnv
 }
 
 
@@ -50,8 +52,10 @@ def register_hub_env(env_id: str, **kwargs: Any) -> bool:
         return False
     prefix, hub_id = parts
     adapter, argument = HUBS[prefix]
-    register_env(env_id, adapter, **{argument: hub_id, **kwargs})
+    # a function making the adapter registers like a class (gymnasium calls it with the kwargs)
+    register_env(env_id, cast(type[HubEnv], adapter), **{argument: hub_id, **kwargs})
     return True
 
 
-__all__ = ["GEMEnv", "HUBS", "HubEnv", "OpenEnvEnv", "TextArenaEnv", "register_hub_env", "split_hub_id"]
+__all__ = ["GEMEnv", "HUBS", "HubEnv", "OpenEnvEnv", "OpenEnvToolEnv", "TextArenaEnv", "ToolEnv", "make_openenv_env",
+           "register_hub_env", "split_hub_id"]

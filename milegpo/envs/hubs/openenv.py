@@ -19,6 +19,10 @@ actions and observations are pydantic models (``openenv.core.env_server.Action``
   reward of at least ``success_reward``.
 * **State key.** The environment's ``state`` without its ``episode_id`` (OpenEnv's own state,
   hashed), else the normalised observation; ``state_key_fn`` overrides it.
+
+An MCP environment (``MCPEnvironment``, tools served by FastMCP) is played with tool calls instead:
+:class:`OpenEnvToolEnv` (``action_format="tools"``); ``openenv:`` ids pick the adapter by the class
+(:func:`make_openenv_env`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, hashed_key, import_hub
+from milegpo.envs.hubs.tools import ToolEnv
 
 INSTALL_HINT = 'pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"'
 _RESERVED = ("done", "reward", "metadata")
@@ -126,3 +131,92 @@ class OpenEnvEnv(HubEnv):
         if hasattr(state, "model_dump"):
             return hashed_key({k: v for k, v in state.model_dump().items() if k != "episode_id"})
         return super().hub_state_key()
+
+
+def _result_text(observation: Any) -> str:
+    """An MCP tool call's result as text: its error, its text contents, else its data."""
+    error = getattr(observation, "error", None)
+    if error is not None:
+        return f"error: {getattr(error, 'message', error)}"
+    result = getattr(observation, "result", None)
+    texts = [str(getattr(part, "text", "")) for part in getattr(result, "content", None) or []]
+    if any(texts):
+        return "\n".join(text for text in texts if text)
+    data = getattr(result, "data", result)
+    return str(data) if data is not None else NO_OBSERVATION
+
+
+class OpenEnvToolEnv(ToolEnv):
+    """An OpenEnv MCP environment (``MCPEnvironment``: its tools served by FastMCP) as a tool-calling
+    :class:`~milegpo.envs.TextEnv` (``action_format="tools"``, :mod:`milegpo.envs.hubs.tools`).
+
+    The tools are the environment's own (``ListToolsAction``, as JSON schemas for the chat template);
+    each call of the reply is a ``CallToolAction``, its result text a ``tool`` message; reward, done,
+    won and the state key are read as :class:`OpenEnvEnv` reads them (the environment sets them on
+    its observations, e.g. in its ``step``).
+
+    :param environment: ``"module:MCPEnvironmentClass"`` (or the class itself).
+    :param environment_kwargs: its constructor's arguments.
+    :param task: the episode's task text; default: the first observation (its ``prompt`` metadata, if any).
+    """
+
+    def __init__(self, environment: str | type, environment_kwargs: dict[str, Any] | None = None,
+                 task: str | None = None, success_reward: float = 1.0, commands: Sequence[str] | None = None,
+                 state_key_fn: Callable[[Any], str] | None = None, invalid_action_penalty: float = 0.0,
+                 max_episode_steps: int = 50, render_mode: str | None = None):
+        super().__init__(success_reward, commands, state_key_fn, invalid_action_penalty, max_episode_steps,
+                         render_mode)
+        mcp = import_hub("openenv.core.env_server.mcp_environment", INSTALL_HINT)
+        self._mcp_types = import_hub("openenv.core.env_server.mcp_types", INSTALL_HINT)
+        klass = _load(environment) if isinstance(environment, str) else environment
+        if not (isinstance(klass, type) and issubclass(klass, mcp.MCPEnvironment)):
+            raise TypeError(f"{environment!r} is not an openenv MCPEnvironment class (text actions: OpenEnvEnv)")
+        self.environment = environment
+        self.hub: Any = klass(**dict(environment_kwargs or {}))
+        self.task_text = task
+        self._tools: list[dict[str, Any]] | None = None
+
+    def tools(self) -> list[dict[str, Any]]:
+        if self._tools is None:
+            listed = self.hub.step(self._mcp_types.ListToolsAction())
+            self._tools = [{"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                                             "parameters": tool.input_schema}}
+                           for tool in listed.tools]
+        return self._tools
+
+    def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        seeded = "seed" in inspect.signature(self.hub.reset).parameters
+        result = self.hub.reset(seed=self.seed_of(seed)) if seeded else self.hub.reset()
+        prompt = (result.metadata or {}).get("prompt")
+        observation = str(prompt) if prompt else OpenEnvEnv.render_observation(result)
+        task = self.task_text if self.task_text is not None else observation
+        opening = observation if self.task_text is None else f"{self.task_text}\n\n{observation}"
+        return observation, {"task": task, "messages": [{"role": "user", "content": opening}]}
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+        result = self.hub.step(self._mcp_types.CallToolAction(tool_name=name, arguments=arguments))
+        reward = float(result.reward) if result.reward is not None else 0.0
+        done = bool(result.done)
+        metadata = dict(result.metadata or {})
+        flag = metadata.get("won", metadata.get("success"))
+        won = bool(flag) if flag is not None else done and reward >= self.success_reward
+        return _result_text(result), reward, done, {"won": won, "score": reward, "openenv_metadata": metadata}
+
+    def hub_state_key(self) -> str:
+        state = self.hub.state
+        if hasattr(state, "model_dump"):
+            return hashed_key({k: v for k, v in state.model_dump().items() if k != "episode_id"})
+        return super().hub_state_key()
+
+    def close(self) -> None:
+        self.hub.close()
+
+
+def make_openenv_env(environment: str | type, **kwargs: Any) -> HubEnv:
+    """The adapter an OpenEnv environment class needs: :class:`OpenEnvToolEnv` for an MCP environment
+    (tool calls), else :class:`OpenEnvEnv` (text actions). The entry point of ``openenv:`` env ids."""
+    mcp = import_hub("openenv.core.env_server.mcp_environment", INSTALL_HINT)
+    klass = _load(environment) if isinstance(environment, str) else environment
+    if isinstance(klass, type) and issubclass(klass, mcp.MCPEnvironment):
+        return OpenEnvToolEnv(environment, **kwargs)
+    return OpenEnvEnv(environment, **kwargs)
