@@ -92,9 +92,11 @@ def tie_statistics(batch: StepBatch, graph: TaskGraph, r_m: np.ndarray) -> dict[
     distance) group, and the tied pairs ``r_m`` leaves together (:func:`_unseparated_pairs`) are
     subtracted from the tied ones."""
     first = distinct_action_rows(batch, graph)
+    per_state = np.bincount(graph.row_src[first], minlength=graph.num_nodes)
+    n_pairs = int((per_state * (per_state - 1) // 2).sum())
+    first = first[per_state[graph.row_src[first]] > 1]  # a state with one distinct action has no pair
     src = graph.row_src[first]
     d_next = graph.dist_to_goal[graph.row_dst[first]]
-    n_pairs = _pair_count(src)
     order = np.lexsort((d_next, src))
     tie_group = _run_ids(src[order], d_next[order])
     n_tied = _pair_count(tie_group)
