@@ -94,25 +94,6 @@ def test_state_interning_equals_the_dict_interning(seed):
         np.testing.assert_array_equal(got, want)
 
 
-class SameHash:
-    """A key whose hash collides with every other one's (to reach the collision path)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __hash__(self) -> int:
-        return 7
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SameHash) and other.name == self.name
-
-
-def test_hash_collisions_still_intern_exactly():
-    keys = np.array([SameHash("b"), SameHash("a"), SameHash("b"), SameHash("c")], dtype=object)
-    (ids,) = index_strings(keys)
-    np.testing.assert_array_equal(ids, [0, 1, 0, 2])
-
-
 @pytest.mark.parametrize("upstream_exact", [False, True])
 @pytest.mark.parametrize("seed", range(6))
 def test_outcome_methods_without_the_graph_equal_them_on_it(seed, upstream_exact):

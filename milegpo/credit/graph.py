@@ -71,21 +71,11 @@ def index_strings(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     """Map strings to dense integer ids (one id space over all arrays), numbered in order of first
     appearance (the arrays read one after the other).
 
-    Vectorised: each string's hash goes through :func:`numpy.unique`, then every string is compared
-    with the first one of its hash (a C loop), so a hash collision is caught and the keys are then
-    numbered through a dict instead - the ids are exact either way."""
-    lengths = [len(a) for a in arrays]
-    keys = np.concatenate([np.asarray(a, dtype=object) for a in arrays]) if arrays else np.zeros(0, dtype=object)
-    hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
-    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    if np.all(keys == keys[first[inverse]]):
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-        ids = rank[inverse.reshape(-1)]
-    else:  # two different keys share a hash
-        seen: dict[object, int] = {}
-        ids = np.fromiter((seen.setdefault(k, len(seen)) for k in keys), dtype=np.int64, count=len(keys))
-    return tuple(np.split(ids, np.cumsum(lengths)[:-1])) if arrays else ()
+    One dict lookup per string: measured against ``numpy.unique`` of the strings' hashes (with a
+    check for collisions) it is as fast on distinct keys and faster on repeated ones (1M rows)."""
+    ids: dict[object, int] = {}
+    return tuple(np.fromiter((ids.setdefault(k, len(ids)) for k in a), dtype=np.int64, count=len(a))
+                 for a in arrays)
 
 
 def state_key_ids(batch: StepBatch, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
