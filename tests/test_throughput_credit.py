@@ -15,7 +15,7 @@ import pytest
 
 from milegpo.credit import StepBatch, build_task_graph, compute_credit
 from milegpo.credit.diagnostics import RELATIVE_TOLERANCE, shared_state_share, tie_statistics
-from milegpo.credit.graph import TaskGraph, index_strings, state_key_ids, trajectory_order
+from milegpo.credit.graph import TaskGraph, index_strings, sorted_unique, state_key_ids, trajectory_order
 from milegpo.credit.grpo import GRPOConfig, grpo
 from milegpo.credit.rloo import RLOOConfig, rloo
 
@@ -118,3 +118,12 @@ def test_tie_statistics_equal_the_pair_listing(seed):
     # returns on a coarse grid, some a rounding apart: equal values, near values and separated ones mixed
     coarse = np.round(rng.integers(-3, 4, len(r_m)) * 0.5 + rng.choice([0.0, 1e-12, 1e-3], len(r_m)), 13)
     assert tie_statistics(batch, graph, coarse) == previous_tie_statistics(batch, graph, coarse)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sorted_unique_is_numpy_unique(seed):
+    rng = np.random.default_rng(seed)
+    for values in (rng.integers(-5, 5, int(rng.integers(0, 50))), rng.random(30), np.zeros(0, np.int64)):
+        got, want = sorted_unique(values), np.unique(values)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

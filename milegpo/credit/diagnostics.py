@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from milegpo.credit.batch import StepBatch
-from milegpo.credit.graph import TaskGraph, index_strings
+from milegpo.credit.graph import TaskGraph, index_strings, sorted_unique
 
 STATE_CHARS = 200
 """State keys are cut to this many characters in diagnostics."""
@@ -145,7 +145,7 @@ def _unseparated_pairs(group: np.ndarray, values: np.ndarray) -> int:
     counts = np.diff(np.r_[starts, len(run)]).astype(np.int64)
     u_group, u_value = group[starts], values[starts]
     equal = int((counts * (counts - 1) // 2).sum())
-    levels = np.unique(u_value)
+    levels = sorted_unique(u_value)
     rank = np.searchsorted(levels, u_value)
     bound = u_value + 4.0 * RELATIVE_TOLERANCE * np.maximum(np.abs(u_value), 1.0)
     key = u_group * len(levels) + rank

@@ -104,6 +104,13 @@ def state_key_ids(batch: StepBatch, order: np.ndarray) -> tuple[np.ndarray, np.n
     return src_key, dst_key
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``numpy.unique(values)`` of a 1-D array, by one sort: numpy 2.3's ``unique`` without options
+    hashes instead, about 60x slower on 2M distinct integers (1.9 s against 0.03 s)."""
+    ordered = np.sort(values, kind="stable")
+    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
+
+
 def segment_starts(sorted_ids: np.ndarray) -> np.ndarray:
     """Start index of every run of equal values in a sorted array."""
     if len(sorted_ids) == 0:
@@ -312,7 +319,7 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     node_n_succ = np.bincount(pair_node, weights=traj_success[pair_traj], minlength=num_nodes).astype(np.int64)
     node_n_revisit = np.bincount(pair_node, weights=pair_counts - 1, minlength=num_nodes).astype(np.int64)
     num_edges = len(edge_codes)
-    epair = np.unique(batch.traj_ids * num_edges + row_edge)
+    epair = sorted_unique(batch.traj_ids * num_edges + row_edge)
     epair_traj, epair_edge = epair // max(num_edges, 1), epair % max(num_edges, 1)
     edge_n_traj = np.bincount(epair_edge, minlength=num_edges)
     edge_n_succ = np.bincount(epair_edge, weights=traj_success[epair_traj], minlength=num_edges).astype(np.int64)
@@ -337,7 +344,7 @@ def _distance_to_goal(edge_src: np.ndarray, edge_dst: np.ndarray, is_goal: np.nd
         while len(frontier):
             level += 1.0
             srcs, _ = into.edges_into(frontier)
-            frontier = np.unique(srcs[np.isinf(dist[srcs])])
+            frontier = sorted_unique(srcs[np.isinf(dist[srcs])])
             dist[frontier] = level
     reaches = np.isfinite(dist)
     task_max = np.zeros(num_tasks)
