@@ -32,15 +32,18 @@ def describe_state(key: object) -> str:
     return text if len(text) <= STATE_CHARS else text[: STATE_CHARS - 3] + "..."
 
 
-def distinct_action_rows(batch: StepBatch, graph: TaskGraph) -> np.ndarray:
+def distinct_action_rows(batch: StepBatch, graph: TaskGraph, rows: np.ndarray | None = None) -> np.ndarray:
     """One row per distinct (source state, action) of the tasks with a success (its first
-    occurrence), sorted by source state.
+    occurrence), sorted by source state (then by the action's first appearance among ``rows``).
 
     Tasks without a success are left out: without a goal every method gives their transitions
-    the same step return, so they would count as ties of no interest."""
-    (action,) = index_strings(batch.actions)
+    the same step return, so they would count as ties of no interest. ``rows`` (default all)
+    restricts the search to some states' rows (every row of each of those states)."""
+    rows = np.arange(batch.num_steps) if rows is None else rows
+    (action,) = index_strings(batch.actions[rows])
     n_actions = int(action.max(initial=0)) + 1
-    _, first = np.unique(graph.row_src * n_actions + action, return_index=True)
+    _, first = np.unique(graph.row_src[rows] * n_actions + action, return_index=True)
+    first = rows[first]
     first = first[graph.task_n_succ[graph.row_task[first]] > 0]
     return first[np.argsort(graph.row_src[first], kind="stable")]
 
@@ -91,7 +94,9 @@ def tie_statistics(batch: StepBatch, graph: TaskGraph, r_m: np.ndarray) -> dict[
     per state: pairs are counted per source state (``k (k - 1) / 2``), tied pairs per (source, next
     distance) group, and the tied pairs ``r_m`` leaves together (:func:`_unseparated_pairs`) are
     subtracted from the tied ones."""
-    first = distinct_action_rows(batch, graph)
+    # a state left once has one distinct action and no pair: its actions need not be interned
+    shared = np.bincount(graph.row_src, minlength=graph.num_nodes)[graph.row_src] > 1
+    first = distinct_action_rows(batch, graph, np.flatnonzero(shared))
     per_state = np.bincount(graph.row_src[first], minlength=graph.num_nodes)
     n_pairs = int((per_state * (per_state - 1) // 2).sum())
     first = first[per_state[graph.row_src[first]] > 1]  # a state with one distinct action has no pair
