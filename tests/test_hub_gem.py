@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("gem", reason="pip install --no-deps gem-llm==0.1.0 reasoning-gym==0.1.23 && "
-                                  'pip install "milegpo[gem]"')
+if importlib.util.find_spec("gem") is None:  # found, not imported: gem configures the root logger at import
+    pytest.skip("pip install --no-deps gem-llm==0.1.0 reasoning-gym==0.1.23 && pip install \"milegpo[gem]\"",
+                allow_module_level=True)
 
 from milegpo.cli import build_parser, main, play  # noqa: E402
 from milegpo.envs import make_env, make_vec_env  # noqa: E402
 from milegpo.envs.hubs import GEMEnv, register_hub_env  # noqa: E402
 from milegpo.envs.hubs.gem import import_gem  # noqa: E402
+
+
+def load_example(name: str):
+    """An example of ``examples/`` as a module."""
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 GUESS = "game:GuessTheNumber-v0-easy"
 HANOI = "game:TowerofHanoi-v0-easy"
@@ -104,3 +116,8 @@ def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path) -> None:
     args = build_parser().parse_args(["play", "milegpo.envs.hubs:GEMEnv", "--env-kwargs", json.dumps(kwargs)])
     assert play(args, stdin=io.StringIO("\\boxed{5}\n:q\n"), stdout=out) == 0
     assert "you guessed 5" in out.getvalue()
+
+
+def test_the_example_trains(tmp_path: Path) -> None:
+    result = load_example("gem_guess_number").main(["--steps", "48", "--n-eval-tasks", "2", "--out", str(tmp_path)])
+    assert result["num_timesteps"] >= 48 and 0.0 <= result["success_after"] <= 1.0

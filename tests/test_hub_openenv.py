@@ -7,6 +7,7 @@ OpenEnv user writes one (subclasses of OpenEnv's ``Environment``, ``Action``, ``
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import random
@@ -29,6 +30,15 @@ from milegpo.cli import build_parser, main, play  # noqa: E402
 from milegpo.envs import make_env, make_vec_env  # noqa: E402
 from milegpo.envs.hubs import OpenEnvEnv, OpenEnvToolEnv, register_hub_env  # noqa: E402
 from milegpo.policies.tools import tool_calls_action  # noqa: E402
+
+
+def load_example(name: str):
+    """An example of ``examples/`` as a module."""
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class GuessAction(Action):
@@ -214,3 +224,13 @@ def test_cli_trains_evaluates_plays_and_exports(echo_env: str, tmp_path: Path,
     args = build_parser().parse_args(["play", "milegpo.envs.hubs:OpenEnvEnv", "--env-kwargs", json.dumps(echo)])
     assert play(args, stdin=io.StringIO("hello there\n:q\n"), stdout=out) == 0
     assert "echoed_message: hello there" in out.getvalue()
+
+
+def test_the_examples_environment_plays_with_tool_calls() -> None:
+    """The example's MCP environment through the adapter (its training run, SmolLM2 generating, takes minutes)."""
+    example = load_example("openenv_mcp_tools")
+    env = OpenEnvToolEnv(example.GuessEnvironment, max_episode_steps=4)
+    _, info = env.reset(seed=0)
+    assert [tool["function"]["name"] for tool in info["tools"]] == ["guess"]
+    observation, reward, terminated, _, info = env.step(call(env.hub.number))
+    assert observation == "right" and reward == 1.0 and terminated and info["won"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -15,6 +16,16 @@ from milegpo.cli import build_parser, main, play  # noqa: E402
 from milegpo.envs import make_env, make_vec_env  # noqa: E402
 from milegpo.envs.hubs import TextArenaEnv, register_hub_env, split_hub_id  # noqa: E402
 from milegpo.envs.hubs.textarena import make_textarena_game  # noqa: E402
+
+
+def load_example(name: str):
+    """An example of ``examples/`` as a module."""
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 HANOI_WIN = ["[A C]", "[A B]", "[C B]", "[A C]", "[B A]", "[B C]", "[A C]"]
 
@@ -121,3 +132,9 @@ def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path, capsys: pytest.C
     assert play(args, stdin=io.StringIO("[A C]\n:q\n"), stdout=out) == 0
     assert "You moved disk 1 from A to C" in out.getvalue()
     assert np.isfinite(json.loads((run / "eval_final.json").read_text())["held_out"]["success_rate"])
+
+
+def test_the_example_trains(tmp_path: Path) -> None:
+    result = load_example("textarena_frozenlake").main(["--steps", "48", "--n-eval-tasks", "2", "--out", str(tmp_path)])
+    assert result["num_timesteps"] >= 48 and 0.0 <= result["success_after"] <= 1.0
+    assert (tmp_path / "final").is_dir()

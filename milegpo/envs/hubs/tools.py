@@ -33,6 +33,7 @@ class ToolEnv(HubEnv):
         raise NotImplementedError
 
     def tool_names(self) -> set[str]:
+        """The names of the declared functions."""
         return {str(tool.get("function", tool).get("name")) for tool in self.tools()}
 
     def is_valid_action(self, action: str) -> bool:
