@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from milegpo.algos.rollout import ASYNC_COHORTS, play_episodes_async
 from milegpo.envs.house import HouseEnv
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -54,8 +55,10 @@ class LatencyHouse(HouseEnv):
         return super()._step(action)
 
 
-def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int, model_path: str) -> dict:
-    """Train one run; its rollout speed, CPU time and held-out success."""
+def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int, model_path: str,
+            cohorts: int = ASYNC_COHORTS) -> dict:
+    """Train one run (async: acting for at most ``1 / cohorts`` of the envs per policy call); its
+    rollout speed, CPU time and held-out success."""
     import csv
     import functools
 
@@ -67,6 +70,7 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
     factory = functools.partial(LatencyHouse, latency_ms=latency_ms, distribution=distribution, split="train")
     env = make_vec_env(factory, n_tasks=4, group_size=8, seed=seed, subprocess=True, n_workers=32)
     held_out = make_vec_env("milegpo/House-v0", n_tasks=25, group_size=1, env_kwargs={"split": "eval_id"})
+    play_episodes_async.__kwdefaults__["cohorts"] = cohorts  # what the trainer's loop uses
     load_start = os.getloadavg()[0]
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     try:
@@ -83,7 +87,9 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
         held_out.close()
     speeds = [float(r["time/env_steps_per_s"]) for r in rows if r.get("time/env_steps_per_s")]
     rollout_s = sum(float(r["time/rollout_s"]) for r in rows if r.get("time/rollout_s"))
-    return {"distribution": distribution, "latency_ms": latency_ms, "mode": mode, "seed": seed, "steps": steps,
+    play_episodes_async.__kwdefaults__["cohorts"] = ASYNC_COHORTS
+    return {"distribution": distribution, "latency_ms": latency_ms, "mode": mode, "cohorts": cohorts, "seed": seed,
+            "steps": steps,
             "env_steps_per_s": statistics.median(speeds), "rollout_s": rollout_s,
             "wall_s": time.perf_counter() - wall_start, "cpu_s": time.process_time() - cpu_start,
             "held_out_success": success, "load": [load_start, os.getloadavg()[0]]}
@@ -106,11 +112,28 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cohort_table(runs: list[dict]) -> str:
+    """The markdown table of the cohort sweep: env steps/s (median over seeds) and CPU seconds per run."""
+    lines = ["| fixed latency | lockstep | async, 2 cohorts | async, 4 cohorts | async, 8 cohorts |",
+             "|---|---|---|---|---|"]
+    for latency in sorted({r["latency_ms"] for r in runs}):
+        cells = []
+        for mode, cohorts in (("lockstep", ASYNC_COHORTS), ("async", 2), ("async", 4), ("async", 8)):
+            got = [r for r in runs if (r["latency_ms"], r["mode"], r["cohorts"]) == (latency, mode, cohorts)]
+            cells.append(f"{statistics.median(r['env_steps_per_s'] for r in got):.0f} steps/s, "
+                         f"{statistics.median(r['cpu_s'] for r in got):.1f} s CPU" if got else "")
+        lines.append(f"| {latency} ms | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2000, help="env steps of each training run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=str(RESULTS / "async_rollouts"))
+    parser.add_argument("--cohorts-sweep", action="store_true",
+                        help="instead: fixed 20 and 50 ms, lockstep and async with 2, 4 and 8 cohorts "
+                             "(to <out>_cohorts.{json,md})")
     args = parser.parse_args()
 
     import torch
@@ -122,6 +145,16 @@ def main() -> None:
                             num_layers=1, num_heads=2)
     out = Path(args.out)
     runs: list[dict] = []
+    if args.cohorts_sweep:
+        out = out.with_name(out.name + "_cohorts")
+        for latency in (20, 50):
+            for seed in args.seeds:
+                for mode, cohorts in (("lockstep", ASYNC_COHORTS), ("async", 2), ("async", 4), ("async", 8)):
+                    runs.append(run_one("fixed", latency, mode, seed, args.steps, model_path, cohorts))
+                    out.with_suffix(".json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+                    out.with_suffix(".md").write_text(cohort_table(runs))
+                    print(json.dumps(runs[-1]), flush=True)
+        return
     meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
             "envs": 32, "workers": 32, "policy": "cpu-demo tiny LM, choose mode, 1 torch thread"}
     for distribution, latency in LATENCIES:

@@ -97,6 +97,10 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
     return True
 
 
+#: the asynchronous loop acts for at most 1 / ASYNC_COHORTS of the active envs per policy call
+ASYNC_COHORTS = 2
+
+
 @dataclass
 class _InFlight:
     """A worker's step in flight: the envs it steps, their samples and the infos they acted in."""
@@ -109,12 +113,13 @@ class _InFlight:
 
 def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]],
                         *, deterministic: bool, on_step: Callable[[RolloutStep], bool | None],
-                        stream_seed: int) -> bool:
+                        stream_seed: int, cohorts: int = ASYNC_COHORTS) -> bool:
     """:func:`play_episodes` with env steps overlapped with the policy's work (see the module docstring).
 
     The unit is a worker process (all its active envs step together). The policy acts for the
-    envs of ready workers, at most half of the active envs per call so that one half steps
-    while the policy acts for the other, sends each worker its actions, and acts again for
+    envs of ready workers, at most ``1 / cohorts`` of the active envs per call so that the others
+    step while it acts (with envs as slow as the policy, a round takes ``max(policy, env + policy
+    / cohorts)`` instead of ``policy + env``), sends each worker its actions, and acts again for
     workers that answered in the meantime; when no worker is ready it waits for the first
     answer (or a worker's watchdog timeout: it is restarted and its episodes truncated, as in
     lockstep). Each worker's answer is one :class:`RolloutStep`, recorded as it arrives.
@@ -123,7 +128,7 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
     histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
     hosted = env.worker_envs
     active = env.active
-    cap = max(1, -(-int(active.sum()) // 2))
+    cap = max(1, -(-int(active.sum()) // cohorts))
     ready: deque[int] = deque(w for w, envs in enumerate(hosted) if active[envs].any())
     in_flight: dict[int, _InFlight] = {}
     stopped = False
