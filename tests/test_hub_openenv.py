@@ -32,6 +32,17 @@ from milegpo.envs.hubs import OpenEnvEnv, OpenEnvToolEnv, register_hub_env  # no
 from milegpo.policies.tools import tool_calls_action  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One torch thread: the suite shares 2 cores with other jobs (oversubscribed, generation is 20x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def load_example(name: str):
     """An example of ``examples/`` as a module."""
     path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"

