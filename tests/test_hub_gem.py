@@ -116,15 +116,15 @@ def test_a_group_starts_from_one_state_and_the_board_is_in_the_observation() -> 
 
 
 def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path) -> None:
-    kwargs = {"game": GUESS, "commands": [rf"\boxed{{{n}}}" for n in range(1, 11)], "max_episode_steps": 4}
+    kwargs = {"commands": [rf"\boxed{{{n}}}" for n in range(1, 11)], "max_episode_steps": 4}
     run = tmp_path / "run"
-    assert main(["train", "env.id=milegpo.envs.hubs:GEMEnv", f"env.kwargs={json.dumps(kwargs)}",
+    assert main(["train", f"env.id=gem:{GUESS}", f"env.kwargs={json.dumps(kwargs)}",
                  "env.n_tasks=1", "env.group_size=2", "eval.n_tasks=1", "run.total_timesteps=16",
                  "--run-dir", str(run), "--no-progress-bar"]) == 0
     assert main(["eval", str(run), "--n-tasks", "1"]) == 0
     assert main(["export", str(run), str(tmp_path / "exported")]) == 0
     out = io.StringIO()
-    args = build_parser().parse_args(["play", "milegpo.envs.hubs:GEMEnv", "--env-kwargs", json.dumps(kwargs)])
+    args = build_parser().parse_args(["play", f"gem:{GUESS}", "--env-kwargs", json.dumps(kwargs)])
     assert play(args, stdin=io.StringIO("\\boxed{5}\n:q\n"), stdout=out) == 0
     assert "you guessed 5" in out.getvalue()
 

@@ -128,10 +128,9 @@ def test_chat_opening_and_prefixed_id() -> None:
 
 
 def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    kwargs = {"game": "TowerOfHanoi-v0", "commands": ["[A B]", "[A C]", "[B A]", "[B C]", "[C A]", "[C B]"],
-              "max_episode_steps": 8}
+    kwargs = {"commands": ["[A B]", "[A C]", "[B A]", "[B C]", "[C A]", "[C B]"], "max_episode_steps": 8}
     run = tmp_path / "run"
-    assert main(["train", "env.id=milegpo.envs.hubs:TextArenaEnv", f"env.kwargs={json.dumps(kwargs)}",
+    assert main(["train", "env.id=textarena:TowerOfHanoi-v0", f"env.kwargs={json.dumps(kwargs)}",
                  "env.n_tasks=1", "env.group_size=2", "eval.n_tasks=1", "run.total_timesteps=16",
                  "--run-dir", str(run), "--no-progress-bar"]) == 0
     assert (run / "final" / "config.json").exists()
@@ -139,7 +138,8 @@ def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path, capsys: pytest.C
     assert main(["export", str(run), str(tmp_path / "exported")]) == 0
     assert (tmp_path / "exported" / "adapter_config.json").exists()
     out = io.StringIO()
-    args = build_parser().parse_args(["play", "milegpo.envs.hubs:TextArenaEnv", "--env-kwargs", json.dumps(kwargs)])
+    args = build_parser().parse_args(["play", "milegpo.envs.hubs:TextArenaEnv", "--env-kwargs",
+                                      json.dumps({"game": "TowerOfHanoi-v0", **kwargs})])  # the adapter class, too
     assert play(args, stdin=io.StringIO("[A C]\n:q\n"), stdout=out) == 0
     assert "You moved disk 1 from A to C" in out.getvalue()
     assert np.isfinite(json.loads((run / "eval_final.json").read_text())["held_out"]["success_rate"])

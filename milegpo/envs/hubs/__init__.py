@@ -11,9 +11,10 @@ prefix          example                                     adapter
 ``openenv:``    ``openenv:my_pkg.server:MyEnvironment``     :class:`OpenEnvEnv` / :class:`OpenEnvToolEnv` (MCP)
 ==============  ==========================================  ====================================
 
-:func:`register_hub_env` registers such an id (its adapter with the hub's id as argument); the
-adapters themselves take the hub's id as ``game`` / ``environment``, so
-``env.id=milegpo.envs.hubs:TextArenaEnv env.kwargs.game=GuessTheNumber-v0`` names the same env.
+Such an id resolves wherever an env id is taken (the registry registers it through
+:func:`register_hub_env`: its adapter with the hub's id as argument); the adapters themselves take
+the hub's id as ``game`` / ``environment``, so ``env.id=milegpo.envs.hubs:TextArenaEnv`` with
+``env.kwargs={game: GuessTheNumber-v0}`` names the same env.
 Importing this package imports no hub: an adapter imports its hub when constructed.
 """
 
