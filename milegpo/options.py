@@ -12,7 +12,7 @@ ROLLOUT_BACKENDS = ("hf", "vllm")
 #: how a step's prompt is laid out: one templated user message, or the episode as one conversation
 PROMPT_FORMATS = ("template", "chat")
 #: how a generated reply becomes the env's action (besides a "module:function" of one's own)
-ACTION_PARSERS = ("auto", "tags", "message")
+ACTION_PARSERS = ("auto", "tags", "message", "tools")
 #: how the update averages the loss over a minibatch's units (generated tokens or choices)
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 #: how a rollout plays: policy and envs in turns ("lockstep"), or envs stepping while the policy acts

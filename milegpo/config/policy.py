@@ -88,8 +88,9 @@ class PolicyConfig:
         forward pass where its turns extend each other.
     :param action_parser: how a generated reply becomes the env's action: ``"auto"`` (the env's
         ``action_format``), ``"tags"`` (the content of ``<action>…</action>``), ``"message"`` (the whole
-        reply: the env parses it) or ``"module:function"`` (``function(reply) -> action``, None when it
-        finds none).
+        reply: the env parses it), ``"tools"`` (the reply's tool call, read by the tokenizer's own
+        response template when it has one) or ``"module:function"`` (``function(reply) -> action``,
+        None when it finds none).
     :param prompt_template: template format: a family of ``milegpo.policies.PROMPT_TEMPLATES`` (``default``,
         ``alfworld``, ``webshop``) or a format string with named fields; null: ``default``.
     :param history_length: past steps shown in the prompt (template: (observation, action) pairs; chat:

@@ -99,7 +99,7 @@ class LLMPolicy(AdapterFilesMixin):
                                      config.max_prompt_tokens)
         self.chat = ChatPromptBuilder(self.tokenizer, instructions, config.history_length,
                                       config.max_prompt_tokens) if config.prompt_format == "chat" else None
-        self.parse = action_parser(config.action_parser)
+        self.parse = action_parser(config.action_parser, self.tokenizer)
         self._command_tokens = TokenCache(self.tokenizer)
         self._rng = np.random.default_rng(seed)
         self.sampler = self._make_sampler()
