@@ -19,3 +19,13 @@ from milegpo.policies import tiny_model
 def model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     th.set_num_threads(1)
     return tiny_model(HouseEnv.vocabulary(), tmp_path_factory.mktemp("tiny"), hidden_size=32, num_layers=1, num_heads=2)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test: the suite shares 2 cores with other jobs (oversubscribed, a model's
+    generation is ~20x slower)."""
+    threads = th.get_num_threads()
+    th.set_num_threads(1)
+    yield
+    th.set_num_threads(threads)

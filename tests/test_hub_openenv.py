@@ -7,7 +7,6 @@ OpenEnv user writes one (subclasses of OpenEnv's ``Environment``, ``Action``, ``
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import random
@@ -20,6 +19,7 @@ import pytest
 pytest.importorskip("openenv.core.env_server.interfaces",
                     reason='pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"')
 
+from example_modules import load_example  # noqa: E402
 from fastmcp import FastMCP  # noqa: E402
 from openenv.core.env_server.interfaces import Environment  # noqa: E402
 from openenv.core.env_server.mcp_environment import MCPEnvironment  # noqa: E402
@@ -31,25 +31,7 @@ from milegpo.envs import make_env, make_vec_env  # noqa: E402
 from milegpo.envs.hubs import OpenEnvEnv, OpenEnvToolEnv, register_hub_env  # noqa: E402
 from milegpo.policies.tools import tool_calls_action  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One torch thread: the suite shares 2 cores with other jobs (oversubscribed, generation is 20x slower)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def load_example(name: str):
-    """An example of ``examples/`` as a module."""
-    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class GuessAction(Action):

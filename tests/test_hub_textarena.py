@@ -12,30 +12,14 @@ import pytest
 
 pytest.importorskip("textarena", reason='pip install "milegpo[textarena]"')
 
+from example_modules import load_example  # noqa: E402
+
 from milegpo.cli import build_parser, main, play  # noqa: E402
 from milegpo.envs import make_env, make_vec_env  # noqa: E402
 from milegpo.envs.hubs import TextArenaEnv, register_hub_env, split_hub_id  # noqa: E402
 from milegpo.envs.hubs.textarena import make_textarena_game  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One torch thread: the suite shares 2 cores with other jobs (oversubscribed, generation is 20x slower)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def load_example(name: str):
-    """An example of ``examples/`` as a module."""
-    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 HANOI_WIN = ["[A C]", "[A B]", "[C B]", "[A C]", "[B A]", "[B C]", "[A C]"]
