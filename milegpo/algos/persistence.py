@@ -25,6 +25,7 @@ from milegpo.algos import checkpoint as ckpt
 from milegpo.algos.counters import TrainingCounters
 from milegpo.config import AlgoConfig, PolicyConfig
 from milegpo.config.fields import from_dict, to_dict, with_overrides
+from milegpo.config.policy import absolute_model_path
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 if TYPE_CHECKING:
@@ -54,10 +55,8 @@ def checkpoint_config(model: GroupRLAlgorithm) -> dict[str, Any]:
 
 
 def _with_absolute_model(config: PolicyConfig) -> PolicyConfig:
-    """A local model path made absolute (a hub id unchanged): the checkpoint loads from any directory."""
-    if config.model is None or not Path(config.model).expanduser().exists():
-        return config
-    return dataclasses.replace(config, model=str(Path(config.model).expanduser().resolve()))
+    """``config`` with a local model path made absolute: the checkpoint loads from any directory."""
+    return dataclasses.replace(config, model=absolute_model_path(config.model))
 
 
 def base_model_fingerprint(model: GroupRLAlgorithm) -> dict[str, Any]:

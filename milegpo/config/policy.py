@@ -7,6 +7,7 @@ two steps in the prompt, a 2048-token prompt and a 512-token reply).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,14 @@ class SamplerConfig:
         check_choice("sampler.backend", self.backend, ROLLOUT_BACKENDS)
         check_type("sampler.vllm_kwargs", self.vllm_kwargs, dict, "a mapping")
         check_type("sampler.trust_logprobs", self.trust_logprobs, bool, "true or false")
+
+
+def absolute_model_path(model: str | None) -> str | None:
+    """A model that is a local path, made absolute (it then names the same folder from any working
+    directory); a hub id, or None, unchanged."""
+    if model is None or not os.path.exists(os.path.expanduser(model)):
+        return model
+    return os.path.abspath(os.path.realpath(os.path.expanduser(model)))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from milegpo.config.policy import absolute_model_path
 from milegpo.policies.model import quiet_library_bars
 from milegpo.run_folder import BASE_MODEL_DIR, EXPORT_MARKER, inside
 
@@ -89,7 +90,7 @@ def _write_export(tmp: Path, out: Path, run_dir: str | Path, config: Any, model:
     """Write the export of ``model`` (trained by the run ``run_dir`` with ``config``) into ``tmp``,
     the folder that becomes ``out``."""
     policy = model.policy
-    base = _resolved(str(policy.model_name))
+    base = str(absolute_model_path(str(policy.model_name)))
     if merged:
         merged_model = policy.model.merge_and_unload()
         merged_model.save_pretrained(str(tmp), safe_serialization=True)
@@ -125,11 +126,6 @@ def _swap_in(new: Path, out: Path) -> None:
         os.replace(old, out)
         raise
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _resolved(name: str) -> str:
-    """A local path made absolute; a hub id unchanged."""
-    return str(Path(name).expanduser().resolve()) if Path(name).expanduser().exists() else name
 
 
 def _name_base_model(path: Path, base: str) -> None:

@@ -28,6 +28,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from milegpo.config.policy import absolute_model_path
 from milegpo.envs import env_vocabulary, make_env
 from milegpo.run.config import TrainConfig, eval_task_seeds
 from milegpo.run_folder import (
@@ -59,10 +60,8 @@ def run_base_model(config: TrainConfig, run_dir: str | Path) -> str:
 def with_absolute_model_path(config: TrainConfig) -> TrainConfig:
     """``config`` with a local ``policy.model`` path made absolute (a hub id unchanged): the run folder's
     config then names the same model from any working directory."""
-    model = config.policy.model
-    if model is None or not Path(model).expanduser().exists():
-        return config
-    return config.replace(**{"policy.model": str(Path(model).expanduser().resolve())})
+    model = absolute_model_path(config.policy.model)
+    return config if model == config.policy.model else config.replace(**{"policy.model": model})
 
 
 def prepare_model(config: TrainConfig, run_dir: Path) -> str:
