@@ -16,8 +16,10 @@ import argparse
 from pathlib import Path
 
 from milegpo.envs import make_vec_env
+from milegpo.envs.core import HELD_OUT_SPLIT
 from milegpo.envs.hubs import register_hub_env
 from milegpo.envs.vocabulary import env_vocabulary
+from milegpo.run.config import eval_task_seeds
 
 ENV_ID = "gem:game:GuessTheNumber-v0-easy"
 ANSWERS = [f"\\boxed{{{n}}}" for n in range(1, 11)]
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     policy_kwargs=policy)
 
     def evaluate() -> dict:
-        seeds = list(range(2**30, 2**30 + args.n_eval_tasks))  # numbers training never draws
+        seeds = eval_task_seeds(HELD_OUT_SPLIT, args.n_eval_tasks)  # numbers training never draws
         return model.evaluate(eval_env, task_seeds=seeds, deterministic=False, seed=0)
 
     before = evaluate()

@@ -17,12 +17,14 @@ import argparse
 from pathlib import Path
 
 from milegpo.envs import make_vec_env
+from milegpo.envs.core import HELD_OUT_SPLIT
 from milegpo.envs.hubs import register_hub_env
 from milegpo.envs.vocabulary import env_vocabulary
+from milegpo.run.config import eval_task_seeds
 
 ENV_ID = "textarena:FrozenLake-v0"
 MOVES = ["[up]", "[down]", "[left]", "[right]"]
-HELD_OUT = list(range(2**30, 2**30 + 1000))  # lakes training never draws
+HELD_OUT = eval_task_seeds(HELD_OUT_SPLIT, 1000)  # lakes training never draws
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
