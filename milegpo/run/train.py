@@ -30,6 +30,7 @@ from typing import Any
 
 from milegpo.config.policy import absolute_model_path
 from milegpo.envs import env_vocabulary, make_env
+from milegpo.envs.core import HELD_OUT_SPLIT
 from milegpo.run.config import TrainConfig, eval_task_seeds
 from milegpo.run_folder import (
     BASE_MODEL_DIR,
@@ -386,7 +387,8 @@ def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, progre
     finish_trackers(logger, results, plots)
     if verbose:
         for split, result in results.items():
-            print(f"held-out {split}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x "
+            name = "seeds" if split == HELD_OUT_SPLIT else split  # an env without splits: its held-out seeds
+            print(f"held-out {name}: success {result['success_rate']:.3f} over {result['n_tasks']} tasks x "
                   f"{config.eval.copies}")
         print(f"Run folder: {run_dir}")
 
