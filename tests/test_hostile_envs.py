@@ -96,10 +96,11 @@ def test_a_run_whose_every_update_is_skipped_raises(model_path: str) -> None:
         model.learn(20)
 
 
-def test_a_killed_subprocess_worker_is_restarted_and_training_goes_on(model_path: str) -> None:
+@pytest.mark.parametrize("rollout", ["lockstep", "async"])  # async: the other worker's step may be in flight
+def test_a_killed_subprocess_worker_is_restarted_and_training_goes_on(model_path: str, rollout: str) -> None:
     env = make_vec_env("hostile/Counting-v0", n_tasks=2, group_size=2, seed=0, subprocess=True, n_workers=2,
                        timeout=30)
-    model = MileGPO("LLMPolicy", env, learning_rate=1e-3, seed=0,
+    model = MileGPO("LLMPolicy", env, learning_rate=1e-3, seed=0, rollout=rollout,
                     policy_kwargs={"model": model_path, "mode": "choose", "lora": {"r": 4, "alpha": 8}})
     killed = []
 

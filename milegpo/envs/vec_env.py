@@ -338,12 +338,13 @@ class GroupedTextVecEnv(VecEnv):
 
     def step_worker_recv(self, worker: int) -> tuple[list[int], np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """The answer of ``worker`` to its step: ``(envs, rewards, dones, infos)`` for the envs it stepped
-        (rewards, dones and infos indexed by env over all envs); :attr:`active` and the observations
-        are updated as by :meth:`step_wait`."""
+        (rewards, dones and infos indexed by env over all envs, meaningful at the stepped envs only: the
+        other entries are their latest infos, not copied); :attr:`active` and the observations are
+        updated as by :meth:`step_wait`."""
         items, sent = self._sent.pop(worker)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         dones = ~self._active
-        infos = [dict(info, inactive=True) for info in self._last_infos]
+        infos = list(self._last_infos)  # one worker's answer: copying every env's info would cost O(envs) each
         remaining = max(0.0, sent + self._workers[worker].timeout - time.monotonic())  # the watchdog, from the send
         results = self._receive(worker, items, remaining)
         self._apply_step(results, rewards, dones, infos)
