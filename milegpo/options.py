@@ -15,6 +15,8 @@ PROMPT_FORMATS = ("template", "chat")
 ACTION_PARSERS = ("auto", "tags", "message", "tools")
 #: how the update averages the loss over a minibatch's units (generated tokens or choices)
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
+#: where the PPO importance ratio is taken: per token, or once per action (the geometric mean of its tokens' ratios)
+RATIO_LEVELS = ("token", "action")
 #: how a rollout plays: policy and envs in turns ("lockstep"), or envs stepping while the policy acts
 #: for others ("async", envs in worker processes)
 ROLLOUT_MODES = ("lockstep", "async")

@@ -11,7 +11,7 @@ from typing import Any
 
 from milegpo.config.fields import check_int, check_number, check_type
 from milegpo.credit import CREDIT_METHODS, CreditConfig, make_credit_config
-from milegpo.options import CREDIT_PRESETS, LOSS_AGGREGATIONS, ROLLOUT_MODES, check_choice
+from milegpo.options import CREDIT_PRESETS, LOSS_AGGREGATIONS, RATIO_LEVELS, ROLLOUT_MODES, check_choice
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class AlgoConfig:
     :param clip_range: PPO ratio clip.
     :param loss_agg: ``"token-mean"`` (every unit of a minibatch weighs the same) or
         ``"seq-mean-token-mean"`` (mean over each step's units, then over steps).
+    :param ratio_level: ``"token"`` (PPO's per-token importance ratio) or ``"action"`` (one ratio per
+        action, the geometric mean of its tokens' ratios, clipped once: GAGPO's action-level ratio).
     :param kl_coef: weight of the k3 KL to the base model (the adapter disabled; 0 skips its forward pass).
     :param ent_coef: entropy bonus weight.
     :param max_grad_norm: gradient-norm clip.
@@ -44,6 +46,9 @@ class AlgoConfig:
     :param per_env_sampling: each env samples from its own stream, seeded by (run, iteration, env,
         step), so an action does not depend on which envs share the policy's call; null: on for
         ``async`` (which needs it to be reproducible), off for ``lockstep``.
+    :param max_staleness: 0 (exactly on-policy: every rollout is sampled by the current weights) or 1
+        (the next iteration's rollout is sampled while this iteration's update runs, by the weights one
+        update behind; its recorded log-probs are the ratio's old log-probs).
     """
 
     method: str = "milegpo"
@@ -54,6 +59,7 @@ class AlgoConfig:
     micro_batch_tokens: int = 8192
     clip_range: float = 0.2
     loss_agg: str = "token-mean"
+    ratio_level: str = "token"
     kl_coef: float = 0.01
     ent_coef: float = 0.001
     max_grad_norm: float = 1.0
@@ -62,6 +68,7 @@ class AlgoConfig:
     credit_kwargs: dict[str, Any] = field(default_factory=dict)
     rollout: str = "lockstep"
     per_env_sampling: bool | None = None
+    max_staleness: int = 0
 
     def __post_init__(self) -> None:
         check_choice("algo.method", self.method, CREDIT_METHODS)
@@ -80,6 +87,10 @@ class AlgoConfig:
         check_int("algo.micro_batch_tokens", self.micro_batch_tokens, 1)
         check_number("algo.clip_range", self.clip_range)
         check_choice("algo.loss_agg", self.loss_agg, LOSS_AGGREGATIONS)
+        check_choice("algo.ratio_level", self.ratio_level, RATIO_LEVELS)
+        check_int("algo.max_staleness", self.max_staleness, 0)
+        if self.max_staleness > 1:
+            raise ValueError(f"algo.max_staleness is 0 or 1 (one update of lag at most), got {self.max_staleness}")
         for name in ("kl_coef", "ent_coef", "weight_decay"):
             check_number(f"algo.{name}", getattr(self, name), positive=False)
         check_number("algo.max_grad_norm", self.max_grad_norm)
