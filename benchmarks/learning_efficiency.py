@@ -25,6 +25,9 @@ Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
         --warm-start --out benchmarks/results/learning_efficiency_warm_start   # an opt-in variant (VARIANTS)
     python benchmarks/learning_efficiency.py --envs house coin --steps 24000   # the House/coin table
     python benchmarks/learning_efficiency.py --seeds 0 --steps 4000 --envs house   # a quick look
+    python benchmarks/learning_efficiency.py --envs alfworld --algos milegpo graphgpo --warm-start \
+        --state-key observation --out benchmarks/results/learning_efficiency_paper_keys_warm_start
+                                     # the paper's regime: steps grouped by their observation text
 """
 
 from __future__ import annotations
@@ -359,6 +362,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "learning_efficiency"), help="output path prefix")
     parser.add_argument("--warm-start", action="store_true",
                         help="every run starts from the env's supervised warm start (WARM_STARTS)")
+    parser.add_argument("--state-key", choices=["env", "observation"], default="env",
+                        help="the envs' state keys: their own (default) or the observation text exactly (the "
+                             "paper's and verl-agent's regime; env.kwargs.state_key)")
     parser.add_argument("--summarize-only", action="store_true", help="redo table and plot from OUT.runs.jsonl")
     args = parser.parse_args()
     if args.summarize_only:
@@ -383,6 +389,8 @@ def main() -> None:
                     config["run.warm_start"] = WARM_STARTS[env]
                 if args.steps is not None:
                     config["run.total_timesteps"] = args.steps
+                if args.state_key != "env":
+                    config["env.kwargs"] = {**config["env.kwargs"], "state_key": args.state_key}
                 run_dir = ROOT / "runs" / out.name / f"{env}-{algo}-s{seed}"
                 jobs.append({"env": env, "name": algo, "config": config, "run_dir": str(run_dir)})
     print(f"{len(jobs)} runs to do, {len(done)} already in {runs_file}", flush=True)

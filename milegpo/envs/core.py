@@ -10,7 +10,9 @@ string. Everything the trainer and the credit assignment need is carried in the
     ``won``                  bool - the task was solved
     ``task``                 str - the goal text of the episode
     ``valid_action``         bool - the last action was parsable and admissible
-    ``state_key``            str - :meth:`TextEnv.state_key`, identifies the state
+    ``state_key``            str - identifies the state: :meth:`TextEnv.state_key` (the env's own key,
+                             the default), or with ``state_key="observation"`` the observation text exactly
+                             (:meth:`TextEnv.anchor_observation`, the key of the paper's and verl-agent's code)
     ``score``                float - the engine's raw score (reward unless overridden)
     ``action_format``        str - :attr:`TextEnv.action_format`, how a generated reply becomes the action
 
@@ -82,6 +84,11 @@ def normalize_text(text: str) -> str:
 #: training draws task seeds below this (when the env has no finite task list); the seeds from here on
 #: are the held-out tasks of an env without splits (the eval split :data:`HELD_OUT_SPLIT`)
 HELD_OUT_SEEDS_START = 2**30
+#: where ``info["state_key"]`` comes from (:class:`TextEnv`'s ``state_key`` argument): ``"env"``, the env's own
+#: :meth:`TextEnv.state_key`; ``"observation"``, the observation text exactly, as the MileGPO paper's code and
+#: verl-agent's GiGPO group steps (their "anchor observation": equal text, one state)
+STATE_KEY_SOURCES = ("env", "observation")
+
 #: the eval split of an env without splits: the training distribution on seeds training never draws
 HELD_OUT_SPLIT = "held_out"
 
@@ -97,6 +104,10 @@ class TextEnv(gym.Env[str, str]):
 
     :param invalid_action_penalty: reward given (negated) for an invalid action.
     :param max_episode_steps: horizon; the episode is truncated after this many steps.
+    :param state_key: what ``info["state_key"]`` is (:data:`STATE_KEY_SOURCES`): ``"env"`` (default), the
+        env's :meth:`state_key`; ``"observation"``, :meth:`anchor_observation`, the observation text with no
+        normalisation, so states that print the same text share a key (the paper's regime: fewer repeats
+        of long texts, and collisions such as "Nothing happens." in different places).
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
@@ -106,13 +117,16 @@ class TextEnv(gym.Env[str, str]):
     action_format: ClassVar[str] = "tags"
 
     def __init__(self, invalid_action_penalty: float = 0.1, max_episode_steps: int = 50,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, state_key: str = "env"):
         if invalid_action_penalty < 0:
             raise ValueError(f"invalid_action_penalty must be >= 0 (it is subtracted), got {invalid_action_penalty}")
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if state_key not in STATE_KEY_SOURCES:
+            raise ValueError(f"state_key must be one of {list(STATE_KEY_SOURCES)}, got {state_key!r}")
+        self.state_key_source = state_key
         self.invalid_action_penalty = float(invalid_action_penalty)
         self.max_episode_steps = int(max_episode_steps)
         self.render_mode = render_mode
@@ -154,6 +168,12 @@ class TextEnv(gym.Env[str, str]):
         states can print the same text (e.g. "Nothing happens.").
         """
         return normalize_text(self._observation)
+
+    def anchor_observation(self) -> str:
+        """The current observation as the paper's code keys states by it (``state_key="observation"``):
+        the text exactly, no normalisation. An env whose upstream agent code reformats the observation
+        before grouping overrides this with the same reformatting (WebShop)."""
+        return self._observation
 
     @property
     def task(self) -> str:
@@ -225,7 +245,7 @@ class TextEnv(gym.Env[str, str]):
         if self._messages is not None:  # the episode's opening chat messages, on every step (chat prompts)
             info["messages"] = self._messages
         info["admissible_commands"] = self.admissible_commands()
-        info["state_key"] = self.state_key()
+        info["state_key"] = self.state_key() if self.state_key_source == "env" else self.anchor_observation()
         info["elapsed_steps"] = self._elapsed_steps
         return info
 

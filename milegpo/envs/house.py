@@ -208,12 +208,14 @@ class HouseEnv(TextEnv):
     :param max_episode_steps: horizon (default 30; every task is solvable in
         at most :data:`MAX_OPTIMAL_STEPS`).
     :param invalid_action_penalty: see :class:`TextEnv`.
+    :param state_key: ``"env"`` (default: :meth:`state_key`) or ``"observation"`` (the paper's key: the
+        observation text exactly; see :class:`~milegpo.envs.core.TextEnv`).
     """
 
     def __init__(self, split: str = "train", num_tasks: int | None = None, max_episode_steps: int = DEFAULT_HORIZON,
-                 invalid_action_penalty: float = 0.1, render_mode: str | None = None):
+                 invalid_action_penalty: float = 0.1, render_mode: str | None = None, state_key: str = "env"):
         super().__init__(invalid_action_penalty=invalid_action_penalty, max_episode_steps=max_episode_steps,
-                         render_mode=render_mode)
+                         render_mode=render_mode, state_key=state_key)
         if split not in SPLITS:
             raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
         self.split = split

@@ -48,12 +48,14 @@ class TextWorldEnv(TextEnv):
     :param game_files: paths of compiled games (``.z8``/``.ulx``), each with its ``.json``.
     :param max_episode_steps: the horizon.
     :param invalid_action_penalty: reward (negated) of a non-admissible command.
+    :param state_key: ``"env"`` (default: :meth:`state_key`) or ``"observation"`` (the paper's key: the
+        observation text exactly; see :class:`~milegpo.envs.core.TextEnv`).
     """
 
     def __init__(self, game_files: Sequence[str | Path] = (), max_episode_steps: int = 50,
-                 invalid_action_penalty: float = 0.1, render_mode: str | None = None):
+                 invalid_action_penalty: float = 0.1, render_mode: str | None = None, state_key: str = "env"):
         super().__init__(invalid_action_penalty=invalid_action_penalty, max_episode_steps=max_episode_steps,
-                         render_mode=render_mode)
+                         render_mode=render_mode, state_key=state_key)
         textworld = _textworld()
         if isinstance(game_files, (str, Path)) or not game_files:
             raise ValueError("game_files must be a non-empty list of TextWorld game paths (.z8/.ulx with their .json), "

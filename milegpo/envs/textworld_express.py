@@ -129,13 +129,15 @@ class TextWorldExpressEnv(TextEnv):
         (``info["gold_actions"]``; makes resets ~25% slower).
     :param max_episode_steps: the horizon (upstream's default step limit is 100).
     :param invalid_action_penalty: reward (negated) of a non-admissible action.
+    :param state_key: ``"env"`` (default: :meth:`state_key`) or ``"observation"`` (the paper's key: the
+        observation text exactly; see :class:`~milegpo.envs.core.TextEnv`).
     """
 
     def __init__(self, game: str = "coin", split: str = "train", game_params: Mapping[str, Any] | str | None = None,
                  gold_path: bool = False, max_episode_steps: int = 100, invalid_action_penalty: float = 0.1,
-                 render_mode: str | None = None, **params: Any):
+                 render_mode: str | None = None, state_key: str = "env", **params: Any):
         super().__init__(invalid_action_penalty=invalid_action_penalty, max_episode_steps=max_episode_steps,
-                         render_mode=render_mode)
+                         render_mode=render_mode, state_key=state_key)
         if split not in SPLITS:
             raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
         self.game = game

@@ -71,6 +71,8 @@ class ALFWorldEnv(TextEnv):
     :param expert_type: ``"planner"`` (fast-downward plan from the current state) or ``"handcoded"``
         (alfworld's scripted expert); when set, ``info["expert_plan"]`` holds the expert's next commands.
     :param invalid_action_penalty: see :class:`TextEnv`.
+    :param state_key: ``"env"`` (default: :meth:`state_key`) or ``"observation"`` (the paper's key: the
+        observation text exactly; see :class:`~milegpo.envs.core.TextEnv`).
     :param max_episode_steps: horizon (ALFWorld's standard: 50).
 
     Seed ``s`` plays game ``s % num_tasks`` of the split; ``reset(seed=None)`` draws one at random.
@@ -79,9 +81,10 @@ class ALFWorldEnv(TextEnv):
     def __init__(self, split: str = "train", num_tasks: int | None = None,
                  task_types: Iterable[str | int] | None = None, data_root: str | os.PathLike | None = None,
                  size: str | None = None, success_reward: float = 10.0, expert_type: str | None = None,
-                 invalid_action_penalty: float = 0.1, max_episode_steps: int = 50, render_mode: str | None = None):
+                 invalid_action_penalty: float = 0.1, max_episode_steps: int = 50, render_mode: str | None = None,
+                 state_key: str = "env"):
         super().__init__(invalid_action_penalty=invalid_action_penalty, max_episode_steps=max_episode_steps,
-                         render_mode=render_mode)
+                         render_mode=render_mode, state_key=state_key)
         _require_alfworld()
         if expert_type not in (None, "planner", "handcoded"):
             raise ValueError(f"expert_type must be None, 'planner' or 'handcoded', got {expert_type!r}")

@@ -102,6 +102,8 @@ class WebShopEnv(TextEnv):
         always the raw score.
     :param max_episode_steps: horizon (15 in the papers' WebShop setup).
     :param invalid_action_penalty: reward subtracted for an invalid action.
+    :param state_key: ``"env"`` (default: :meth:`state_key`, the page identity) or ``"observation"``
+        (:meth:`anchor_observation`, the key of the paper's and verl-agent's code).
     """
 
     def __init__(
@@ -118,8 +120,9 @@ class WebShopEnv(TextEnv):
         max_episode_steps: int = 15,
         invalid_action_penalty: float = 0.1,
         render_mode: str | None = None,
+        state_key: str = "env",
     ):
-        super().__init__(invalid_action_penalty, max_episode_steps, render_mode)
+        super().__init__(invalid_action_penalty, max_episode_steps, render_mode, state_key=state_key)
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if observation_mode not in OBSERVATION_MODES:
@@ -260,6 +263,16 @@ class WebShopEnv(TextEnv):
                 if match is not None and match not in chosen:
                     return f"click[{match}]"
         return f"click[{BUY_NOW.lower()}]"
+
+    def anchor_observation(self) -> str:
+        """The page as verl-agent's WebShop env manager forms its anchor observation: the text after the
+        instruction, each ``[SEP]`` part in single quotes (the whole text where the instruction is not
+        shown, and in the non-text observation modes)."""
+        parts = self._observation.split(" [SEP] ")
+        instruction = self._session.goal.instruction_text if self._session is not None else None
+        if self.observation_mode != "text" or instruction not in parts:
+            return self._observation
+        return " [SEP] ".join(f"'{part}'" for part in parts[parts.index(instruction) + 1:])
 
     def state_key(self) -> str:
         if self._session is None:
