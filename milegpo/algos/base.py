@@ -208,7 +208,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     def update_settings(self) -> UpdateSettings:
         """The update's hyperparameters, as :func:`milegpo.algos.update.optimizer_step` takes them."""
         c = self.config
-        return UpdateSettings(c.clip_range, c.loss_agg, c.kl_coef, c.ent_coef, c.max_grad_norm, c.micro_batch_tokens)
+        return UpdateSettings(c.clip_range, c.loss_agg, c.kl_coef, c.ent_coef, c.max_grad_norm, c.micro_batch_tokens,
+                              c.ratio_level)
 
     # ------------------------------------------------------------- setup
     def _setup_model(self) -> None:

@@ -1,4 +1,4 @@
-"""The update's loss: token-level PPO-clip policy gradient, k3 KL to the reference, entropy bonus.
+"""The update's loss: PPO-clip policy gradient (token- or action-level ratio), k3 KL to the reference, entropy bonus.
 
 Pure torch on padded ``[B, T]`` tensors of one micro-batch; ``mask`` marks the real units
 (the generated tokens of a reply in ``generate`` mode, the one choice in ``choose`` mode).
@@ -15,6 +15,17 @@ summing the gradients of all micro-batches gives the minibatch's gradient.
 (the k3 estimator of :math:`KL(\\pi \\| \\pi_\\text{ref})`: unbiased, non-negative), aggregated
 by ``"token-mean"`` (every unit of the minibatch weighs the same) or
 ``"seq-mean-token-mean"`` (every step weighs the same, its units averaged first).
+
+``ratio_level="action"`` replaces the per-unit ratio by one ratio per action (the step's reply,
+one row), the exponential of the mean log-ratio over its units, clipped once and shared by them
+(GAGPO's action-level ratio, the form of GSPO's sequence ratio):
+
+.. math::
+    \\rho_i = \\exp\\Big(\\frac{1}{|y_i|} \\sum_{t \\in y_i} \\log\\pi(y_{i,t}) - \\log\\pi_\\text{old}(y_{i,t})\\Big),
+
+and :math:`\\ell_\\text{pg}` above with :math:`\\rho_i` on every unit of action :math:`i`. The KL and
+entropy terms, the aggregation and ``approx_kl`` stay per unit. With one unit per action (``choose``
+mode) both levels give the same loss.
 """
 
 from __future__ import annotations
@@ -41,15 +52,29 @@ def aggregate(values: th.Tensor, mask: th.Tensor, loss_agg: str, n_units: int, n
     return per_seq.sum() / max(n_seqs, 1)
 
 
+def importance_ratio(log_ratio: th.Tensor, mask: th.Tensor, ratio_level: str) -> th.Tensor:
+    """``[B, T]`` the ratio on every unit: its own (``"token"``), or its action's, the exponential
+    of the mean of ``log_ratio`` over the row's masked units (``"action"``)."""
+    if ratio_level == "token":
+        return th.exp(log_ratio)
+    if ratio_level != "action":
+        raise ValueError(f"ratio_level must be 'token' or 'action', got {ratio_level!r}")
+    masked = th.where(mask > 0, log_ratio, th.zeros_like(log_ratio))
+    per_action = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return th.exp(per_action).unsqueeze(1).expand_as(log_ratio)
+
+
 def policy_loss(logp: th.Tensor, old_logp: th.Tensor, advantages: th.Tensor, mask: th.Tensor, *, clip_range: float,
-                n_units: int, n_seqs: int, loss_agg: str = "token-mean", ref_logp: th.Tensor | None = None,
-                kl_coef: float = 0.0, entropy: th.Tensor | None = None, ent_coef: float = 0.0) -> LossOutput:
+                n_units: int, n_seqs: int, loss_agg: str = "token-mean", ratio_level: str = "token",
+                ref_logp: th.Tensor | None = None, kl_coef: float = 0.0, entropy: th.Tensor | None = None,
+                ent_coef: float = 0.0) -> LossOutput:
     """The loss of one micro-batch (see the module docstring).
 
     :param logp: ``[B, T]`` log-probs of the taken units under the current policy (with grad).
     :param old_logp: ``[B, T]`` their log-probs when sampled.
     :param advantages: ``[B]`` one advantage per step.
     :param mask: ``[B, T]`` 1 for real units.
+    :param ratio_level: ``"token"`` (a ratio per unit) or ``"action"`` (one per row, see the module docstring).
     :param ref_logp: ``[B, T]`` reference log-probs (needed when ``kl_coef`` != 0).
     :param entropy: ``[B, T]`` per-unit entropy (used when ``ent_coef`` != 0).
     :returns: the loss and ``loss``, ``pg_loss``, ``clip_fraction``, ``approx_kl`` (and ``kl``,
@@ -58,7 +83,7 @@ def policy_loss(logp: th.Tensor, old_logp: th.Tensor, advantages: th.Tensor, mas
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype).unsqueeze(1)
     log_ratio = logp - old_logp.to(logp.dtype)
-    ratio = th.exp(log_ratio)
+    ratio = importance_ratio(log_ratio, mask, ratio_level)
     pg = th.maximum(-adv * ratio, -adv * th.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range))
     unit_loss = pg
     kl = None
@@ -76,7 +101,7 @@ def policy_loss(logp: th.Tensor, old_logp: th.Tensor, advantages: th.Tensor, mas
             "loss": float(loss),
             "pg_loss": float(aggregate(pg, mask, loss_agg, n_units, n_seqs)),
             "clip_fraction": float((((ratio - 1.0).abs() > clip_range).to(logp.dtype) * mask).sum()) / max(n_units, 1),
-            "approx_kl": float((((ratio - 1.0) - log_ratio) * mask).sum()) / max(n_units, 1),
+            "approx_kl": float((((th.exp(log_ratio) - 1.0) - log_ratio) * mask).sum()) / max(n_units, 1),
         }
         if kl is not None:
             stats["kl"] = float(aggregate(kl, mask, loss_agg, n_units, n_seqs))

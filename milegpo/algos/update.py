@@ -38,6 +38,7 @@ class UpdateSettings:
     ent_coef: float
     max_grad_norm: float
     micro_batch_tokens: int
+    ratio_level: str
 
 
 @dataclass
@@ -98,7 +99,8 @@ def optimizer_step(policy: TrainablePolicy, optimizer: th.optim.Optimizer, minib
         old = pad_right([np.asarray(s.old_logprobs, dtype=np.float32) for s in batch], logp.shape[1], logp.device)
         out = policy_loss(logp, old, th.as_tensor(minibatch.advantages[micro], device=logp.device), mask,
                           clip_range=settings.clip_range, n_units=n_units, n_seqs=n_seqs, loss_agg=settings.loss_agg,
-                          ref_logp=ref_logp, kl_coef=settings.kl_coef, entropy=entropy, ent_coef=settings.ent_coef)
+                          ratio_level=settings.ratio_level, ref_logp=ref_logp, kl_coef=settings.kl_coef,
+                          entropy=entropy, ent_coef=settings.ent_coef)
         out.loss.backward()
         for key, value in out.stats.items():
             sums[key] += value
