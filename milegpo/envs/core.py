@@ -175,6 +175,11 @@ class TextEnv(gym.Env[str, str]):
         before grouping overrides this with the same reformatting (WebShop)."""
         return self._observation
 
+    def info_extras(self) -> dict[str, Any]:
+        """Keys this env adds to every ``info`` of ``reset`` and ``step`` (default: none); e.g. a tool env's
+        ``tools`` and ``observation_role``. The base keys (module docstring) are set after them."""
+        return {}
+
     @property
     def task(self) -> str:
         """The goal text of the current episode."""
@@ -236,7 +241,7 @@ class TextEnv(gym.Env[str, str]):
                                    "a reward must be a finite number")
 
     def _complete_info(self, info: dict[str, Any], valid_action: bool) -> dict[str, Any]:
-        info = dict(info)
+        info = {**info, **self.info_extras()}
         info.setdefault("score", 1.0 if self._won else 0.0)
         info["won"] = self._won
         info["task"] = self._task

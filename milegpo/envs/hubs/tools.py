@@ -52,8 +52,5 @@ class ToolEnv(HubEnv):
                 break
         return "\n".join(results), total, done, dict(info)
 
-    def _complete_info(self, info: dict[str, Any], valid_action: bool) -> dict[str, Any]:
-        info = super()._complete_info(info, valid_action)
-        info["tools"] = self.tools()
-        info["observation_role"] = "tool"
-        return info
+    def info_extras(self) -> dict[str, Any]:
+        return {"tools": self.tools(), "observation_role": "tool"}
