@@ -9,7 +9,7 @@ registering process it is found in two ways:
   colon is imported first, and registers the id after it when imported;
 * ``"my_package.envs:MazeEnv"``: a :class:`TextEnv` subclass of that module, registered under
   that whole string when first named (its constructor's defaults are the env's defaults);
-* ``"textarena:Wordle-v0"``, ``"gem:..."``, ``"openenv:..."``: an env of another library through
+* ``"textarena:Wordle-v0"``, ``"gem:..."``, ``"openenv:..."``, ``"verifiers:..."``: an env of another library through
   its adapter (:mod:`milegpo.envs.hubs`; these prefixes name hubs, not modules);
 
 the module is imported as ``python -m`` would: from the installed packages, else from the
@@ -104,7 +104,7 @@ def resolve_env_id(env_id: str) -> str:
             return env_id
         from milegpo.envs.hubs import register_hub_env  # here: the hubs' adapters register through this module
 
-        if register_hub_env(env_id):  # textarena:, gem:, openenv: (the prefixes are the hubs', not modules)
+        if register_hub_env(env_id):  # textarena:, gem:, openenv:, verifiers: (the prefixes are the hubs', not modules)
             return env_id
         module_name, _, name = env_id.partition(":")
         module = _import_env_module(module_name, env_id)

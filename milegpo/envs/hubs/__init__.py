@@ -1,4 +1,4 @@
-"""Environments of other libraries as milegpo envs: TextArena, GEM and OpenEnv.
+"""Environments of other libraries as milegpo envs: TextArena, GEM, OpenEnv and verifiers.
 
 Each hub has an adapter, a :class:`~milegpo.envs.TextEnv` (so grouping, worker processes, state
 keys, chat prompts, credit and every command work unchanged), and env ids with a prefix:
@@ -9,6 +9,7 @@ prefix          example                                     adapter
 ``textarena:``  ``textarena:GuessTheNumber-v0``             :class:`TextArenaEnv`
 ``gem:``        ``gem:game:GuessTheNumber-v0-easy``         :class:`GEMEnv`
 ``openenv:``    ``openenv:my_pkg.server:MyEnvironment``     :class:`OpenEnvEnv` / :class:`OpenEnvToolEnv` (MCP)
+``verifiers:``  ``verifiers:my_verifiers_env``              :class:`VerifiersEnv` / :class:`VerifiersToolEnv` (tools)
 ==============  ==========================================  ====================================
 
 Such an id resolves wherever an env id is taken (the registry registers it through
@@ -28,6 +29,7 @@ from milegpo.envs.hubs.gem import GEMEnv
 from milegpo.envs.hubs.openenv import OpenEnvEnv, OpenEnvToolEnv, make_openenv_env
 from milegpo.envs.hubs.textarena import TextArenaEnv
 from milegpo.envs.hubs.tools import ToolEnv
+from milegpo.envs.hubs.verifiers import VerifiersEnv, VerifiersToolEnv, make_verifiers_env
 from milegpo.envs.registration import register_env
 
 #: prefix -> (adapter or a function making one, the keyword argument that takes the hub's id)
@@ -35,6 +37,7 @@ HUBS: dict[str, tuple[Callable[..., HubEnv], str]] = {
     "textarena": (TextArenaEnv, "game"),
     "gem": (GEMEnv, "game"),
     "openenv": (make_openenv_env, "environment"),  # OpenEnvToolEnv for an MCP environment, else OpenEnvEnv
+    "verifiers": (make_verifiers_env, "environment"),  # VerifiersToolEnv for an environment with tools
 }
 
 
@@ -58,5 +61,5 @@ def register_hub_env(env_id: str, **kwargs: Any) -> bool:
     return True
 
 
-__all__ = ["GEMEnv", "HUBS", "HubEnv", "OpenEnvEnv", "OpenEnvToolEnv", "TextArenaEnv", "ToolEnv", "make_openenv_env",
-           "register_hub_env", "split_hub_id"]
+__all__ = ["GEMEnv", "HUBS", "HubEnv", "OpenEnvEnv", "OpenEnvToolEnv", "TextArenaEnv", "ToolEnv", "VerifiersEnv",
+           "VerifiersToolEnv", "make_openenv_env", "make_verifiers_env", "register_hub_env", "split_hub_id"]

@@ -1,0 +1,207 @@
+"""verifiers environments through the hub adapter, against the real ``verifiers`` package (0.1.14).
+
+The environments are built with verifiers' own classes (``MultiTurnEnv`` in the example module,
+``SingleTurnEnv``, ``ToolEnv``) on offline data sets; the reference rewards are verifiers' own
+``run_rollout`` (its loop and rubric) with a scripted model client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("verifiers") is None:
+    pytest.skip('pip install --no-deps verifiers==0.1.14 openai-agents==0.24.0 && pip install "milegpo[verifiers]"',
+                allow_module_level=True)
+
+import verifiers as vf  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from example_modules import load_example  # noqa: E402
+
+from milegpo.cli import build_parser, main, play  # noqa: E402
+from milegpo.envs import make_env, make_vec_env  # noqa: E402
+from milegpo.envs.hubs import VerifiersEnv, VerifiersToolEnv, make_verifiers_env, register_hub_env  # noqa: E402
+from milegpo.policies.tools import tool_calls_action  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+GUESS = "verifiers_guess_number"
+
+
+@pytest.fixture(autouse=True)
+def examples_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verifiers' ``load_environment`` imports the example module by name."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+class ScriptedClient(vf.Client):
+    """A verifiers model client answering with scripted messages (text, or tool calls as dicts)."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(None)
+        self.replies = list(replies)
+
+    def setup_client(self, config: Any) -> None:
+        return None
+
+    async def to_native_tool(self, tool: Any) -> Any:
+        return tool
+
+    async def to_native_prompt(self, messages: Any) -> tuple[Any, dict]:
+        return messages, {}
+
+    async def get_native_response(self, prompt: Any, model: str, sampling_args: Any, tools: Any = None,
+                                  **kwargs: Any) -> Any:
+        reply = self.replies.pop(0)
+        if isinstance(reply, str):
+            message = vf.types.ResponseMessage(content=reply, finish_reason="stop", is_truncated=False)
+        else:
+            calls = [vf.ToolCall(id=f"c{i}", name=c["name"], arguments=json.dumps(c["arguments"]))
+                     for i, c in enumerate(reply)]
+            message = vf.types.ResponseMessage(tool_calls=calls, finish_reason="tool_calls", is_truncated=False)
+        return vf.types.Response(id="scripted", created=int(time.time()), model=model, message=message)
+
+    async def raise_from_native_response(self, response: Any) -> None:
+        return None
+
+    async def from_native_response(self, response: Any) -> Any:
+        return response
+
+    async def close(self) -> None:
+        return None
+
+
+def verifiers_reward(hub: Any, row: int, replies: list[Any]) -> float:
+    """verifiers driven by itself: ``run_rollout`` of dataset row ``row`` with the scripted replies."""
+    output = asyncio.run(hub.run_rollout(dict(hub.get_dataset()[row]), ScriptedClient(replies), "scripted", {}))
+    return float(output["reward"])
+
+
+def adapted(env: VerifiersEnv, seed: int, actions: list[str]) -> tuple[list[float], bool, bool]:
+    env.reset(seed=seed)
+    rewards = []
+    for action in actions:
+        _, reward, terminated, truncated, info = env.step(action)
+        rewards.append(reward)
+        if terminated or truncated:
+            return rewards, info["won"], terminated
+    return rewards, False, False
+
+
+def boxed(n: int) -> str:
+    return rf"\boxed{{{n}}}"
+
+
+def math_env() -> Any:
+    """A single-turn verifiers environment: a boxed answer, scored by verifiers' math rubric."""
+    rows = [{"question": "What is 2 + 3?", "answer": "5"}, {"question": "What is 4 * 3?", "answer": "12"}]
+    parser = vf.Parser(extract_fn=vf.extract_boxed_answer)
+
+    def exact(completion: Any, answer: str, parser: Any, **kwargs: Any) -> float:
+        return 1.0 if parser.parse_answer(completion) == answer else 0.0
+
+    return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), parser=parser,
+                            rubric=vf.Rubric(funcs=[exact], weights=[1.0], parser=parser))
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first integer
+        b: the second integer
+    """
+    return a + b
+
+
+def tool_env() -> Any:
+    """A verifiers ``ToolEnv`` with one Python tool; the answer is the final message."""
+    rows = [{"question": "Use the add tool: what is 17 + 25?", "answer": "42"}]
+
+    def answered(completion: Any, answer: str, **kwargs: Any) -> float:
+        return 1.0 if (completion[-1].content or "").strip() == answer else 0.0
+
+    return vf.ToolEnv(tools=[add], dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[answered]), max_turns=4)
+
+
+@pytest.mark.parametrize("seed", [0, 6])
+def test_multi_turn_rewards_and_won_equal_verifiers_on_winning_and_losing_scripts(seed: int) -> None:
+    env = make_verifiers_env(GUESS)
+    secret = seed + 1  # the example's rows: the numbers 1..10 in order
+    wrong = [n for n in range(1, 11) if n != secret]
+    cases = [([boxed(wrong[0]), "no answer", boxed(secret)], True), ([boxed(n) for n in wrong[:4]], False)]
+    for script, wins in cases:
+        rewards, won, terminated = adapted(env, seed, script)
+        assert terminated and won is wins and rewards[:-1] == [0.0] * (len(rewards) - 1)
+        assert rewards[-1] == verifiers_reward(env.hub, seed, script) == float(wins)
+    env.close()
+
+
+def test_single_turn_rewards_equal_verifiers_rubric() -> None:
+    env = make_verifiers_env(math_env())
+    for seed, reply, wins in [(0, r"It is \boxed{5}.", True), (1, r"\boxed{13}", False), (1, "twelve", False)]:
+        rewards, won, terminated = adapted(env, seed, [reply])
+        assert terminated and won is wins and rewards == [verifiers_reward(env.hub, seed, [reply])]
+    observation, info = env.reset(seed=1)
+    assert observation == "What is 4 * 3?" == info["task"] and info["messages"][-1]["role"] == "user"
+    env.close()
+
+
+def test_a_tool_environment_is_played_with_tool_calls() -> None:
+    env = make_verifiers_env(tool_env())
+    assert isinstance(env, VerifiersToolEnv)
+    _, info = env.reset(seed=0)
+    (tool,) = info["tools"]
+    assert info["action_format"] == "tools" and info["observation_role"] == "tool"
+    assert tool["function"]["name"] == "add" and set(tool["function"]["parameters"]["required"]) == {"a", "b"}
+    call = [{"name": "add", "arguments": {"a": 17, "b": 25}}]
+    observation, reward, terminated, _, _ = env.step(tool_calls_action(call))
+    assert observation == "42" and reward == 0.0 and not terminated
+    for script, wins in [([call, "42"], True), ([call, "41"], False)]:
+        actions = [tool_calls_action(s) if isinstance(s, list) else s for s in script]
+        rewards, won, terminated = adapted(env, 0, actions)
+        assert terminated and won is wins and rewards[-1] == verifiers_reward(env.hub, 0, script)
+    env.close()
+
+
+def test_a_group_shares_its_dataset_row_and_the_id_resolves() -> None:
+    venv = make_vec_env(f"verifiers:{GUESS}", n_tasks=2, group_size=3, seed=0)
+    venv.reset()
+    rows = venv.get_attr("row_index")
+    assert rows[0] == rows[1] == rows[2] and rows[3] == rows[4] == rows[5]
+    venv.close()
+    assert register_hub_env(f"verifiers:{GUESS}", max_episode_steps=9)
+    made = make_env(f"verifiers:{GUESS}")
+    assert isinstance(made, VerifiersEnv) and made.max_episode_steps == 9 and made.success_reward == 0.5
+    made.close()
+    with pytest.raises(TypeError, match="verifiers environment id"):
+        VerifiersEnv(42)
+    with pytest.raises(ValueError, match="split"):
+        VerifiersEnv(math_env(), split="test")
+
+
+def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path) -> None:
+    kwargs = {"commands": [boxed(n) for n in range(1, 11)], "max_episode_steps": 4}
+    run = tmp_path / "run"
+    assert main(["train", f"env.id=verifiers:{GUESS}", f"env.kwargs={json.dumps(kwargs)}",
+                 "env.n_tasks=1", "env.group_size=2", "eval.n_tasks=1", "run.total_timesteps=16",
+                 "--run-dir", str(run), "--no-progress-bar"]) == 0
+    assert main(["eval", str(run), "--n-tasks", "1"]) == 0
+    assert main(["export", str(run), str(tmp_path / "exported")]) == 0
+    out = io.StringIO()
+    args = build_parser().parse_args(["play", f"verifiers:{GUESS}", "--env-kwargs", json.dumps(kwargs)])
+    assert play(args, stdin=io.StringIO("\\boxed{5}\n:q\n"), stdout=out) == 0
+    assert "5 is too" in out.getvalue()
+
+
+def test_the_example_trains(tmp_path: Path) -> None:
+    result = load_example(GUESS).main(["--steps", "48", "--n-eval-tasks", "2", "--out", str(tmp_path)])
+    assert result["num_timesteps"] >= 48 and 0.0 <= result["success_after"] <= 1.0
