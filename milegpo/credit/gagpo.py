@@ -1,8 +1,12 @@
 r"""GAGPO (Zhu et al., arXiv 2605.13217): GAE over a value read off the group's own rollouts.
 
-A reconstruction from the paper's abstract and public summaries: its method section was not
-readable where this module was written, so the equations below are our reading of its stated
-design, not a transcription, and are not yet checked against the paper.
+A reconstruction: the paper's equations were not readable where this module was written. The
+stored copies of its full text (the arXiv HTML mirrored by fast.hugflare.com and
+bittide.aicompass.dev) are searchable only through their opening (title, abstract); no public
+code exists. What is below follows the abstract and two secondary readings of the full text (a
+question-by-question paper note and a survey table, both stored in public GitHub repositories),
+which state every design point listed under "paper points we follow"; the formulas themselves
+are ours.
 
 No critic is trained. The value of a state is the mean discounted return of the steps the
 group took from it, and the advantage is the generalised advantage estimate (GAE) of the
@@ -20,7 +24,7 @@ temporal-difference errors against that value:
 :math:`G_q(s)` is the set of steps of task :math:`q` taken from the state key :math:`s`: the
 same step groups as GiGPO's anchor states and GraphGPO's nodes (exact match of the env's
 state key within one task, across all of the group's trajectories). The sums over :math:`l`
-stop at the end of the trajectory. The paper's limits follow from the telescoping sum:
+stop at the end of the trajectory. Its limits follow from the telescoping sum:
 
 * :math:`\lambda = 1`: :math:`\hat A^\text{GAE}_t = R_t - \hat V(s_t)`, the Monte-Carlo
   advantage against the state's group mean (GiGPO's step term before its std division);
@@ -30,16 +34,20 @@ stop at the end of the trajectory. The paper's limits follow from the telescopin
   without shared states only the shared start state carries credit
   (:math:`\hat A_0 = R_0 - \operatorname{mean}_q R_0`), every later step gets 0.
 
-Paper points we follow: the step is the unit of credit; the value proxy is non-parametric and
-grouped by identical environment states; the temporal advantage is the only signal by default
-(the paper's ablation that adds a broadcast trajectory reward lowers its results; here
-``w_episode``); advantages are normalised within the group (its ablations: batch-wide and none,
-here ``norm_scope``).
+Paper points we follow (as the secondary readings state them): the environment step is the unit
+of credit; the value of a state is the mean discounted return of the steps the group's
+trajectories took from it (states matched exactly); the TD residual against that value is summed
+GAE-style backwards along each trajectory; this step-level temporal advantage is the only signal
+(the ablation that adds a broadcast trajectory reward lowers the paper's results; here
+``w_episode``); advantages are normalised within the group (ablations: batch-wide and none, here
+``norm_scope``; and :math:`\lambda = 0`, no temporal recursion, here ``gae_lambda``).
 
 Choices the available text leaves open, decided **(ours)**:
 
 * :math:`\gamma = \lambda = 0.95` by default (GiGPO's :math:`\gamma`, the usual GAE
-  :math:`\lambda`): we could not read the paper's values.
+  :math:`\lambda`): the paper's values were not in what we could read (a survey reports that
+  its appendix pushes "the temporal hyperparameter" to 1 and loses ALFWorld success, so its
+  default is below 1).
 * Every visit of a state counts in :math:`\hat V` (a state revisited within one trajectory
   adds one return per visit), as GiGPO's step groups count rows.
 * The value after the last step of a trajectory is 0, whether it ended by success, failure or
@@ -54,7 +62,10 @@ Choices the available text leaves open, decided **(ours)**:
   :math:`\hat A^\text{GAE}_t` before the normalisation, and takes the episode term over rows.
 
 The paper's action-level importance ratio (one length-normalised ratio per action, shared by
-its tokens) belongs to the policy update, not to the credit: it is not part of this function.
+its tokens; its ablation without it loses) belongs to the policy update, not to the credit:
+``AlgoConfig.ratio_level="action"`` (:mod:`milegpo.algos.loss`). The trainer's default stays the
+per-token ratio for every method, GAGPO included (ours: one default for all methods, so that a
+comparison changes the credit alone); set it for the paper's setting.
 """
 
 from __future__ import annotations
