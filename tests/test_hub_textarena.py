@@ -96,6 +96,29 @@ def test_a_group_starts_from_one_state_and_keys_are_textarenas_state() -> None:
     assert env.state_key() != start
 
 
+def test_worker_processes_play_the_same_episodes_as_in_process() -> None:
+    """A hub id built in env worker processes: the groups start from one state each, and the same guesses
+    give the same observations, rewards and state keys as the in-process vec env."""
+    played = []
+    for subprocess in (False, True):
+        venv = make_vec_env("textarena:GuessTheNumber-v0", n_tasks=2, group_size=3, seed=0,
+                            subprocess=subprocess, n_workers=2 if subprocess else None)
+        try:
+            venv.reset()
+            keys = [info["state_key"] for info in venv.reset_infos]
+            assert keys[0] == keys[1] == keys[2] != keys[3] == keys[4] == keys[5]
+            steps = [keys]
+            for guess in ("[10]", "[5]", "[15]"):
+                venv.step_async(np.array([guess] * 6, dtype=object))
+                observations, rewards, dones, infos = venv.step_wait()
+                steps.append([list(observations), rewards.tolist(), dones.tolist(),
+                              [info["state_key"] for info in infos]])
+            played.append(steps)
+        finally:
+            venv.close()
+    assert played[0] == played[1]
+
+
 def test_chat_opening_and_prefixed_id() -> None:
     env = TextArenaEnv("TowerOfHanoi-v0")
     observation, info = env.reset(seed=0)
