@@ -12,7 +12,7 @@ The offline tiny model plays in choose mode among the ten answers (no download);
 chat model plays in generate mode, the conversation being the dataset's prompt, then the model's
 replies and the environment's answers.
 
-Run: ``python examples/verifiers_guess_number.py`` (verifiers: ``pip install --no-deps verifiers==0.1.14
+Run: ``python examples/verifiers_guess_number.py`` (verifiers: ``pip install --no-deps verifiers==0.2.0
 openai-agents==0.24.0 && pip install "milegpo[verifiers]"``).
 """
 

@@ -1,4 +1,4 @@
-"""verifiers environments through the hub adapter, against the real ``verifiers`` package (0.1.14).
+"""verifiers environments through the hub adapter, against the real ``verifiers`` package (0.2.0).
 
 The environments are built with verifiers' own classes (``MultiTurnEnv`` in the example module,
 ``SingleTurnEnv``, ``ToolEnv``) on offline data sets; the reference rewards are verifiers' own
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 if importlib.util.find_spec("verifiers") is None:
-    pytest.skip('pip install --no-deps verifiers==0.1.14 openai-agents==0.24.0 && pip install "milegpo[verifiers]"',
+    pytest.skip('pip install --no-deps verifiers==0.2.0 openai-agents==0.24.0 && pip install "milegpo[verifiers]"',
                 allow_module_level=True)
 
 import verifiers as vf  # noqa: E402

@@ -44,8 +44,8 @@ from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, import_hub
 from milegpo.envs.hubs.tools import ToolEnv
 from milegpo.policies.tools import read_tool_calls
 
-INSTALL_HINT = ('pip install --no-deps verifiers==0.1.14 openai-agents==0.24.0 && pip install "milegpo[verifiers]"  '
-                "(the verifiers releases after 0.1.14 pin mcp<2 or drop the step-wise environment API)")
+INSTALL_HINT = ('pip install --no-deps verifiers==0.2.0 openai-agents==0.24.0 && pip install "milegpo[verifiers]"  '
+                "(0.2.1-0.3.1 pin mcp<2 against vLLM's mcp>=2; 0.4.0 has no step-wise environment API)")
 MODEL_NAME = "milegpo-policy"
 
 
