@@ -51,11 +51,13 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import random
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import ground_truth
@@ -82,8 +84,25 @@ VARIANTS = [
     ("MileGPO no BCC", "milegpo", {"bcc": False}),
     ("MileGPO no local progress", "milegpo", {"local_progress": False}),
     ("MileGPO no traps", "milegpo", {"traps": False}),
+    ("MileGPO no milestone bonus", "milegpo", {"w_plus": 0.0}),
+    ("GAGPO", "gagpo", {}),
 ]
 PRESET = {"webshop": "webshop"}  # MileGPO's per-env preset; the others use the ALFWorld (default) one
+
+#: The regimes (``--state-key``): the key the credit methods group steps by.
+STATE_KEYS = ("env", "observation")
+
+#: The breakdown's contrasts: (component, the variant with it, the same variant without it).
+COMPONENTS = [
+    ("all (MileGPO vs GraphGPO)", "MileGPO", "GraphGPO"),
+    ("milestone bonus", "MileGPO", "MileGPO no milestone bonus"),
+    ("trap penalty", "MileGPO", "MileGPO no traps"),
+    ("PCC", "MileGPO", "MileGPO no PCC"),
+    ("RCS", "MileGPO no PCC", "MileGPO no RCS (uniform MD)"),
+]
+
+#: The types of a same-state pair (:func:`pair_types`).
+STATE_TYPES = ("successful path", "branching point", "trap", "off path")
 
 #: The MileGPO paper's statistics, for the side-by-side table.
 PAPER = {"shared_state_share": "≈ 0.74", "tie_share": "0.544 ALFWorld, 0.727 WebShop",
@@ -121,16 +140,50 @@ def warm_started_policy(env_name: str, seed: int, workdir: Path):
     return model.policy
 
 
-def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor):
-    """Groups on the env's train tasks played by ``actor``: the batch, d*(s_t) and d*(s_{t+1}).
+@dataclass
+class Groups:
+    """``K`` rollouts per task, each state under both keys, and the true distances of every step.
 
-    The random actor draws exactly the random numbers it always did for a seed.
+    ``keys["env"]`` is the env's own key (:meth:`TextEnv.state_key`: the true state, the ground
+    truth's key); ``keys["observation"]`` the paper's (:meth:`TextEnv.anchor_observation`, what
+    ``state_key="observation"`` puts in ``info``). Both are per trajectory ``s_0 .. s_T``.
+    """
+
+    keys: dict[str, list[list[str]]]
+    success: list[bool]
+    task_ids: list[int]
+    actions: list[list[str]]
+    rewards: list[list[float]]
+    valid: list[list[bool]]
+    dist: np.ndarray  # (N,) d*(s_t), horizon + 1 where the task cannot be won any more
+    next_dist: np.ndarray  # (N,) d*(s_{t+1})
+    horizon: int
+
+    def batch(self, state_key: str = "env") -> StepBatch:
+        """The step batch the credit methods see, its states keyed by ``state_key`` (:data:`STATE_KEYS`)."""
+        return StepBatch.from_trajectories(self.keys[state_key], self.success, task_ids=self.task_ids,
+                                           actions=self.actions, rewards=self.rewards, valid=self.valid)
+
+    def on_successful_path(self) -> np.ndarray:
+        """(N,) whether a successful rollout of the task visited the step's true state."""
+        visited = {(task, key) for task, keys, won in zip(self.task_ids, self.keys["env"], self.success) if won
+                   for key in keys}
+        return np.array([(task, key) in visited for task, keys in zip(self.task_ids, self.keys["env"])
+                         for key in keys[:-1]], dtype=bool)
+
+
+def play_groups(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor) -> Groups:
+    """Groups on the env's train tasks played by ``actor``, with d*(s_t) and d*(s_{t+1}) of every step.
+
+    The random actor draws exactly the random numbers it always did for a seed; both keys are
+    read from the same rollouts, so the two regimes are scored on the same steps.
     """
     env, tracker_factory = ground_truth.make(env_name, expert=actor is not random_actor)
     horizon = env.max_episode_steps
     unsolvable = horizon + 1
     rng = random.Random(seed)
-    columns: dict[str, list] = {k: [] for k in ("states", "success", "task_ids", "actions", "rewards", "valid")}
+    keys: dict[str, list[list[str]]] = {key: [] for key in STATE_KEYS}
+    columns: dict[str, list] = {k: [] for k in ("success", "task_ids", "actions", "rewards", "valid")}
     distances: list[list[int]] = []
     tasks = rng.sample(range(env.num_tasks), min(n_tasks, env.num_tasks))
     for task, task_seed in enumerate(tasks):
@@ -138,7 +191,8 @@ def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int, acto
         for _ in range(group_size):
             observation, info = env.reset(seed=task_seed)
             tracker.observe(None, info)
-            states, actions, rewards, valid, done = [info["state_key"]], [], [], [], False
+            states, texts = [info["state_key"]], [env.anchor_observation()]
+            actions, rewards, valid, done = [], [], [], False
             history: list[tuple[str, str]] = []
             dists = [tracker.distance(info)]
             while not done:
@@ -148,26 +202,29 @@ def rollout_groups(env_name: str, n_tasks: int, group_size: int, seed: int, acto
                 tracker.observe(action, info)
                 done = terminated or truncated
                 states.append(info["state_key"])
+                texts.append(env.anchor_observation())
                 actions.append(action)
                 rewards.append(reward)
                 valid.append(info["valid_action"])
                 dists.append(tracker.distance(info))
-            for key, value in (("states", states), ("success", bool(info.get("won"))), ("task_ids", task),
-                               ("actions", actions), ("rewards", rewards), ("valid", valid)):
+            keys["env"].append(states)
+            keys["observation"].append(texts)
+            for key, value in (("success", bool(info.get("won"))), ("task_ids", task), ("actions", actions),
+                               ("rewards", rewards), ("valid", valid)):
                 columns[key].append(value)
             distances.append([unsolvable if d is None else d for d in dists])
     env.close()
-    batch = StepBatch.from_trajectories(**columns)
     dist = np.concatenate([d[:-1] for d in distances]).astype(float)
     next_dist = np.concatenate([d[1:] for d in distances]).astype(float)
-    return batch, dist, next_dist, horizon
+    return Groups(keys=keys, **columns, dist=dist, next_dist=next_dist, horizon=horizon)
 
 
-def same_state_pairs(batch: StepBatch, progress: np.ndarray, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Index pairs (i, j) of steps from the same task and state whose true progress differs."""
+def same_state_pairs(task_ids: np.ndarray, true_keys: np.ndarray, progress: np.ndarray,
+                     scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs (i, j) of steps from the same task and true state whose true progress differs."""
     groups: dict[tuple[int, str], list[int]] = {}
     for i in np.flatnonzero(scored):
-        groups.setdefault((int(batch.task_ids[i]), batch.state_keys[i]), []).append(i)
+        groups.setdefault((int(task_ids[i]), true_keys[i]), []).append(i)
     first, second = [], []
     for members in groups.values():
         members = np.array(members)
@@ -178,12 +235,15 @@ def same_state_pairs(batch: StepBatch, progress: np.ndarray, scored: np.ndarray)
     return (np.concatenate(first), np.concatenate(second)) if first else (np.zeros(0, int), np.zeros(0, int))
 
 
-def pairwise_accuracy(advantages: np.ndarray, progress: np.ndarray, pairs: tuple[np.ndarray, np.ndarray]) -> float:
+def pair_scores(advantages: np.ndarray, progress: np.ndarray, pairs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per pair: 1 if the advantages order it as the truth does, 0.5 on a tie, 0 the wrong way."""
     i, j = pairs
-    if not len(i):
-        return float("nan")
     agree = np.sign(advantages[i] - advantages[j]) * np.sign(progress[i] - progress[j])
-    return float(np.mean(np.where(agree == 0, 0.5, agree > 0)))
+    return np.where(agree == 0, 0.5, (agree > 0).astype(float))
+
+
+def pairwise_accuracy(advantages: np.ndarray, progress: np.ndarray, pairs: tuple[np.ndarray, np.ndarray]) -> float:
+    return float(np.mean(pair_scores(advantages, progress, pairs))) if len(pairs[0]) else float("nan")
 
 
 def weighted_agreement(advantages: np.ndarray, progress: np.ndarray, pairs: tuple[np.ndarray, np.ndarray]) -> float:
@@ -192,16 +252,62 @@ def weighted_agreement(advantages: np.ndarray, progress: np.ndarray, pairs: tupl
     return float(np.sum(gap * np.sign(progress[i] - progress[j])) / max(np.sum(np.abs(gap)), 1e-12))
 
 
-def trap_credit(batch: StepBatch, advantages: np.ndarray, trap_steps: np.ndarray, scored: np.ndarray) -> float:
-    """Mean (trap step - same-state siblings) advantage in units of the advantage std."""
+def trap_credit(task_ids: np.ndarray, true_keys: np.ndarray, advantages: np.ndarray, trap_steps: np.ndarray,
+                scored: np.ndarray) -> float:
+    """Mean (trap step - same-true-state siblings) advantage in units of the advantage std."""
     scale = advantages[scored].std() or 1.0
     diffs = []
     for i in np.flatnonzero(trap_steps & scored):
-        same_state = (batch.task_ids == batch.task_ids[i]) & (batch.state_keys == batch.state_keys[i])
-        siblings = scored & ~trap_steps & same_state
+        siblings = scored & ~trap_steps & (task_ids == task_ids[i]) & (true_keys == true_keys[i])
         if siblings.any():
             diffs.append((advantages[i] - advantages[siblings].mean()) / scale)
     return float(np.mean(diffs)) if diffs else float("nan")
+
+
+def pair_types(pairs: tuple[np.ndarray, np.ndarray], trap_steps: np.ndarray, step_success: np.ndarray,
+               on_successful_path: np.ndarray) -> np.ndarray:
+    """Each same-state pair's type, an index into :data:`STATE_TYPES` (first that applies):
+    ``trap`` (one of the two steps is a trap step), ``branching point`` (one step is of a
+    successful rollout, the other of a failed one: the group's outcomes part there),
+    ``successful path`` (a successful rollout visited the state), else ``off path``."""
+    i, j = pairs
+    return np.select([trap_steps[i] | trap_steps[j], step_success[i] != step_success[j], on_successful_path[i]],
+                     [STATE_TYPES.index("trap"), STATE_TYPES.index("branching point"),
+                      STATE_TYPES.index("successful path")], STATE_TYPES.index("off path"))
+
+
+def departures(with_component: np.ndarray, without: np.ndarray, progress: np.ndarray,
+               pairs: tuple[np.ndarray, np.ndarray], types: np.ndarray) -> dict[str, dict[str, float]]:
+    """Where two credits order same-state pairs differently, per pair type (and ``all``).
+
+    ``changed``: pairs whose order (or tie) differs; ``toward``: of those, the ones
+    ``with_component`` orders closer to the truth (its pair score, :func:`pair_scores`, is
+    higher), ``away`` the others; ``net``: the sum of the score differences, so ``net / pairs``
+    is the pair type's share of the difference in pairwise accuracy."""
+    gain = pair_scores(with_component, progress, pairs) - pair_scores(without, progress, pairs)
+    out = {}
+    for name, members in [("all", np.ones(len(gain), dtype=bool)),
+                          *[(kind, types == index) for index, kind in enumerate(STATE_TYPES)]]:
+        g = gain[members]
+        out[name] = {"pairs": int(members.sum()), "changed": int((g != 0).sum()), "toward": int((g > 0).sum()),
+                     "away": int((g < 0).sum()), "net": float(g.sum())}
+    return out
+
+
+def key_statistics(task_ids: np.ndarray, true_keys: np.ndarray, keys: np.ndarray, scored: np.ndarray) -> dict:
+    """How a regime's keys (``keys``) group the scored steps' true states: the distinct states
+    of each, the share of steps whose key merges two or more true states, and the share whose
+    true state is split over two or more keys."""
+    true_per_key: dict[tuple[int, str], set[str]] = {}
+    keys_per_true: dict[tuple[int, str], set[str]] = {}
+    rows = np.flatnonzero(scored)
+    for i in rows:
+        true_per_key.setdefault((int(task_ids[i]), keys[i]), set()).add(true_keys[i])
+        keys_per_true.setdefault((int(task_ids[i]), true_keys[i]), set()).add(keys[i])
+    n = max(len(rows), 1)
+    return {"states": len(true_per_key), "true_states": len(keys_per_true),
+            "merged_steps": sum(len(true_per_key[(int(task_ids[i]), keys[i])]) > 1 for i in rows) / n,
+            "split_steps": sum(len(keys_per_true[(int(task_ids[i]), true_keys[i])]) > 1 for i in rows) / n}
 
 
 def paper_statistics(batch: StepBatch, progress: np.ndarray, preset: dict) -> dict:
@@ -222,73 +328,186 @@ def paper_statistics(batch: StepBatch, progress: np.ndarray, preset: dict) -> di
     return out
 
 
-def score_env(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor) -> dict:
-    batch, dist, next_dist, horizon = rollout_groups(env_name, n_tasks, group_size, seed, actor)
-    progress = dist - next_dist
-    solved_tasks = np.unique(batch.task_ids[batch.success[batch.traj_ids]])
-    scored = np.isin(batch.task_ids, solved_tasks)
-    trap_steps = ((next_dist > horizon) & (dist <= horizon)) | (progress <= -3)
-    pairs = same_state_pairs(batch, progress, scored)
-    preset = {"preset": PRESET[env_name]} if env_name in PRESET else {}
-    row = {"seed": seed, "steps": batch.num_steps, "scored_steps": int(scored.sum()), "pairs": len(pairs[0]),
-           "tasks": len(np.unique(batch.task_ids)), "tasks_with_success": len(solved_tasks),
-           "success_rate": float(batch.success.mean()), "trap_steps": int((trap_steps & scored).sum()),
-           "paper": paper_statistics(batch, progress, preset), "methods": {}}
-    for label, method, overrides in VARIANTS:
-        advantages = compute_credit(method, batch, {**(preset if method == "milegpo" else {}), **overrides}).advantages
-        row["methods"][label] = {"pairwise_accuracy": pairwise_accuracy(advantages, progress, pairs),
-                                 "weighted_agreement": weighted_agreement(advantages, progress, pairs),
-                                 "trap_credit": trap_credit(batch, advantages, trap_steps, scored)}
+def variant_config(env_name: str, method: str, overrides: dict) -> dict:
+    """A variant's credit config: MileGPO rows get the env's preset (:data:`PRESET`)."""
+    preset = {"preset": PRESET[env_name]} if method == "milegpo" and env_name in PRESET else {}
+    return {**preset, **overrides}
+
+
+def score_env(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor,
+              state_keys: tuple[str, ...] = ("env",)) -> dict:
+    """One seed's groups scored in each regime of ``state_keys``: the credit methods group steps by
+    that key, the truth (pairs, d*, traps, pair types) by the true state."""
+    groups = play_groups(env_name, n_tasks, group_size, seed, actor)
+    truth = groups.batch("env")
+    task_ids, true_keys = truth.task_ids, truth.state_keys
+    progress = groups.dist - groups.next_dist
+    step_success = truth.success[truth.traj_ids]
+    solved_tasks = np.unique(task_ids[step_success])
+    scored = np.isin(task_ids, solved_tasks)
+    trap_steps = ((groups.next_dist > groups.horizon) & (groups.dist <= groups.horizon)) | (progress <= -3)
+    pairs = same_state_pairs(task_ids, true_keys, progress, scored)
+    types = pair_types(pairs, trap_steps, step_success, groups.on_successful_path())
+    row = {"seed": seed, "steps": truth.num_steps, "scored_steps": int(scored.sum()), "pairs": len(pairs[0]),
+           "pair_types": {kind: int((types == index).sum()) for index, kind in enumerate(STATE_TYPES)},
+           "tasks": len(np.unique(task_ids)), "tasks_with_success": len(solved_tasks),
+           "success_rate": float(truth.success.mean()), "trap_steps": int((trap_steps & scored).sum()),
+           "regimes": {}}
+    for state_key in state_keys:
+        batch = groups.batch(state_key)
+        advantages = {label: compute_credit(method, batch, variant_config(env_name, method, overrides)).advantages
+                      for label, method, overrides in VARIANTS}
+        row["regimes"][state_key] = {
+            "keys": key_statistics(task_ids, true_keys, batch.state_keys, scored),
+            "paper": paper_statistics(batch, progress, variant_config(env_name, "milegpo", {})),
+            "methods": {label: {"pairwise_accuracy": pairwise_accuracy(adv, progress, pairs),
+                                "weighted_agreement": weighted_agreement(adv, progress, pairs),
+                                "trap_credit": trap_credit(task_ids, true_keys, adv, trap_steps, scored)}
+                        for label, adv in advantages.items()},
+            "breakdown": {component: departures(advantages[with_it], advantages[without], progress, pairs, types)
+                          for component, with_it, without in COMPONENTS}}
     return row
 
 
 METRICS = ("pairwise_accuracy", "weighted_agreement", "trap_credit")
 
 
-def summarize(per_seed: list[dict]) -> dict:
-    """Mean ± std over seeds, and each variant's paired difference to GraphGPO (mean, min, max)."""
+def paired_interval(values: np.ndarray, base: np.ndarray) -> list[float]:
+    """95 % t interval of the mean of ``values - base`` over seeds (NaN seeds left out)."""
+    diff = (values - base)[np.isfinite(values - base)]
+    if len(diff) < 2:
+        return [float("nan"), float("nan")]
+    half = learning_efficiency.t_quantile(len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff))
+    return [float(diff.mean() - half), float(diff.mean() + half)]
+
+
+def summarize(per_seed: list[dict], state_key: str) -> dict:
+    """One regime over seeds: each variant's mean ± std and its paired difference to GraphGPO
+    (mean, worst and best seed, 95 % t interval); the paper's statistics, the key statistics
+    (means) and the breakdown's counts (summed over seeds)."""
+    rows = [r["regimes"][state_key] for r in per_seed]
     summary = {}
     for label, _, _ in VARIANTS:
         entry = {}
         for metric in METRICS:
-            values = np.array([r["methods"][label][metric] for r in per_seed])
-            base = np.array([r["methods"]["GraphGPO"][metric] for r in per_seed])
+            values = np.array([r["methods"][label][metric] for r in rows], dtype=float)
+            base = np.array([r["methods"]["GraphGPO"][metric] for r in rows], dtype=float)
             entry[metric] = {"mean": float(np.nanmean(values)), "std": float(np.nanstd(values)),
                              "vs_graphgpo_mean": float(np.nanmean(values - base)),
                              "vs_graphgpo_min": float(np.nanmin(values - base)),
-                             "vs_graphgpo_max": float(np.nanmax(values - base))}
+                             "vs_graphgpo_max": float(np.nanmax(values - base)),
+                             "vs_graphgpo_ci95": paired_interval(values, base)}
         summary[label] = entry
-    paper = {key: {"mean": float(np.nanmean([r["paper"][key] for r in per_seed])),
-                   "std": float(np.nanstd([r["paper"][key] for r in per_seed]))}
-             for key in per_seed[0]["paper"]}
-    return {"methods": summary, "paper": paper}
+    mean_of = lambda part: {key: float(np.nanmean([r[part][key] for r in rows])) for key in rows[0][part]}  # noqa: E731
+    breakdown = {component: {kind: {count: sum(r["breakdown"][component][kind][count] for r in rows)
+                                    for count in rows[0]["breakdown"][component][kind]}
+                             for kind in rows[0]["breakdown"][component]}
+                 for component in rows[0]["breakdown"]}
+    paper = {key: {"mean": float(np.nanmean([r["paper"][key] for r in rows])),
+                   "std": float(np.nanstd([r["paper"][key] for r in rows]))} for key in rows[0]["paper"]}
+    return {"methods": summary, "paper": paper, "keys": mean_of("keys"), "breakdown": breakdown}
 
 
-def write_tables(report: dict, path: Path) -> None:
-    groups = report.get("groups", "random-policy groups")
+def run_label(warm_start: bool, epsilon: float) -> str:
+    """The name a run's groups are filed under in a results file."""
+    return "warm_start" if warm_start else f"mixture_e{round(epsilon * 100)}" if epsilon < 1.0 else "random"
+
+
+def as_runs(data: dict) -> dict:
+    """A results file as ``{"runs": {label: report}}``; a file of the one-regime layout this script
+    wrote before ``--state-key`` (one report, ``summary`` per env) becomes its one run, regime ``env``."""
+    if "runs" in data:
+        return data
+    envs = {name: {**info, "regimes": {"env": info["summary"]}} for name, info in data["envs"].items()}
+    return {"runs": {run_label(data.get("warm_start", False), data.get("epsilon", 1.0)): {**data, "envs": envs}}}
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}" if np.isfinite(value) else "–"
+
+
+def _interval(entry: dict) -> str:
+    low, high = entry.get("vs_graphgpo_ci95", [float("nan")] * 2)
+    return (f"{entry['vs_graphgpo_mean']:+.3f} [{low:+.3f}, {high:+.3f}]" if np.isfinite(low)
+            else _signed(entry["vs_graphgpo_mean"]))
+
+
+def delta_table(report: dict) -> list[str]:
+    """MileGPO − GraphGPO per env and regime, with the seeds' 95 % t interval."""
+    lines = [f"### MileGPO − GraphGPO ({report['groups']}; Δ = paired difference, mean [95 % t interval "
+             "over seeds])", "",
+             "| env | state key | same-state pairs / seed | steps in merged states | GraphGPO accuracy | MileGPO "
+             "| Δ accuracy | GraphGPO weighted agreement | MileGPO | Δ weighted agreement |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for env_name, info in report["envs"].items():
+        for state_key, summary in info["regimes"].items():
+            graph, mile = summary["methods"]["GraphGPO"], summary["methods"]["MileGPO"]
+            merged = summary.get("keys", {}).get("merged_steps", 0.0)
+            lines.append(
+                f"| {env_name} | {state_key} | {info['pairs']:.0f} | {merged:.2f} "
+                f"| {graph['pairwise_accuracy']['mean']:.3f} | {mile['pairwise_accuracy']['mean']:.3f} "
+                f"| {_interval(mile['pairwise_accuracy'])} "
+                f"| {graph['weighted_agreement']['mean']:.3f} | {mile['weighted_agreement']['mean']:.3f} "
+                f"| {_interval(mile['weighted_agreement'])} |")
+    return lines + [""]
+
+
+def breakdown_tables(report: dict) -> list[str]:
+    """Per env: each component's departures from credit without it, by pair type (see the module doc)."""
+    lines = [f"### Where MileGPO's components change the order of same-state pairs ({report['groups']}; "
+             "summed over seeds)", "",
+             "A cell: the share of the changed pairs that the component orders closer to the truth, the "
+             "number changed, and (in brackets) the resulting change of pairwise accuracy over all pairs.", ""]
+    for env_name, info in report["envs"].items():
+        regimes = {k: v for k, v in info["regimes"].items() if "breakdown" in v}
+        if not regimes:
+            continue
+        totals = {kind: sum(r["pair_types"][kind] for r in info["per_seed"]) for kind in STATE_TYPES}
+        lines += [f"**{env_name}** (pairs: " + ", ".join(f"{kind} {n}" for kind, n in totals.items()) + ")", "",
+                  "| component | state key | " + " | ".join(STATE_TYPES) + " | all |",
+                  "|---|---|" + "---|" * (len(STATE_TYPES) + 1)]
+        for component, _, _ in COMPONENTS:
+            for state_key, summary in regimes.items():
+                counts = summary["breakdown"][component]
+                n_all = max(counts["all"]["pairs"], 1)
+                cells = [f"{c['toward'] / c['changed']:.2f} of {c['changed']} ({c['net'] / n_all:+.3f})"
+                         if c["changed"] else "0 changed" for c in (counts[k] for k in (*STATE_TYPES, "all"))]
+                lines.append(f"| {component} | {state_key} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def method_tables(report: dict) -> list[str]:
+    groups = report["groups"]
     lines = [f"### Credit against ground truth ({groups}; mean ± std over seeds; "
              "Δ = paired difference to GraphGPO, worst..best seed)", ""]
-    envs = list(report["envs"])
-    for env_name in envs:
-        info = report["envs"][env_name]
-        summary = info["summary"]["methods"]
+    for env_name, info in report["envs"].items():
         lines += [f"**{env_name}** ({ground_truth.ENVS[env_name][0]}, {info['tasks']} tasks × {info['group_size']}, "
                   f"seeds {info['seeds']}, rollout success {info['success_rate']:.2f}, "
-                  f"{info['pairs']:.0f} same-state pairs per seed)", "",
-                  "| credit | pairwise accuracy | Δ | weighted agreement | Δ | trap credit (std) |",
-                  "|---|---|---|---|---|---|"]
-        for label, row in summary.items():
-            acc, wag, trap = row["pairwise_accuracy"], row["weighted_agreement"], row["trap_credit"]
-            lines.append(
-                f"| {label} | {acc['mean']:.3f} ± {acc['std']:.3f} "
-                f"| {acc['vs_graphgpo_mean']:+.3f} ({acc['vs_graphgpo_min']:+.3f}..{acc['vs_graphgpo_max']:+.3f}) "
-                f"| {wag['mean']:.3f} ± {wag['std']:.3f} "
-                f"| {wag['vs_graphgpo_mean']:+.3f} ({wag['vs_graphgpo_min']:+.3f}..{wag['vs_graphgpo_max']:+.3f}) "
-                + (f"| {trap['mean']:+.2f} ± {trap['std']:.2f} |" if np.isfinite(trap["mean"]) else "| – |"))
-        lines.append("")
-    lines += [f"### The paper's statistics side by side (ours: {groups}, tasks with a success)", "",
-              "| statistic | " + " | ".join(envs) + " | paper (trained policy) |",
-              "|---|" + "---|" * (len(envs) + 1)]
+                  f"{info['pairs']:.0f} same-state pairs per seed)", ""]
+        for state_key, summary in info["regimes"].items():
+            if len(info["regimes"]) > 1:
+                lines += [f"State key `{state_key}`:", ""]
+            lines += ["| credit | pairwise accuracy | Δ | weighted agreement | Δ | trap credit (std) |",
+                      "|---|---|---|---|---|---|"]
+            for label, row in summary["methods"].items():
+                acc, wag, trap = row["pairwise_accuracy"], row["weighted_agreement"], row["trap_credit"]
+                lines.append(
+                    f"| {label} | {acc['mean']:.3f} ± {acc['std']:.3f} "
+                    f"| {acc['vs_graphgpo_mean']:+.3f} ({acc['vs_graphgpo_min']:+.3f}..{acc['vs_graphgpo_max']:+.3f}) "
+                    f"| {wag['mean']:.3f} ± {wag['std']:.3f} "
+                    f"| {wag['vs_graphgpo_mean']:+.3f} ({wag['vs_graphgpo_min']:+.3f}..{wag['vs_graphgpo_max']:+.3f}) "
+                    + (f"| {trap['mean']:+.2f} ± {trap['std']:.2f} |" if np.isfinite(trap["mean"]) else "| – |"))
+            lines.append("")
+    return lines
+
+
+def paper_table(report: dict) -> list[str]:
+    columns = [(env_name, state_key) for env_name, info in report["envs"].items() for state_key in info["regimes"]]
+    several = len({state_key for _, state_key in columns}) > 1
+    lines = [f"### The paper's statistics side by side (ours: {report['groups']}, tasks with a success)", "",
+             "| statistic | " + " | ".join(f"{e} ({k})" if several else e for e, k in columns)
+             + " | paper (trained policy) |", "|---|" + "---|" * (len(columns) + 1)]
     names = {"shared_state_share": "transitions leaving a shared state",
              "tie_share": "same-source, distinct-action pairs GraphGPO ties",
              "ties_broken_rcs": "of those, separated by MileGPO (RCS)",
@@ -296,13 +515,36 @@ def write_tables(report: dict, path: Path) -> None:
              "ties_broken_right_rcs": "separated the right way, where the truth differs (RCS)",
              "ties_broken_right_uniform": "separated the right way, where the truth differs (uniform)"}
     for key, name in names.items():
-        cells = []
-        for env_name in envs:
-            value = report["envs"][env_name]["summary"]["paper"][key]
-            cells.append(f"{value['mean']:.3f} ± {value['std']:.3f}")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {PAPER.get(key, '–')} |")
-    lines.append("")
+        cells = [report["envs"][e]["regimes"][k]["paper"][key] for e, k in columns]
+        lines.append(f"| {name} | " + " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells)
+                     + f" | {PAPER.get(key, '–')} |")
+    return lines + [""]
+
+
+def write_tables(data: dict, path: Path) -> None:
+    """The Markdown of a results file: per run, the MileGPO − GraphGPO table and the breakdown
+    when it has both regimes, each env's full table and the paper's statistics."""
+    lines = []
+    for report in as_runs(data)["runs"].values():
+        if any(len(info["regimes"]) > 1 for info in report["envs"].values()):
+            lines += delta_table(report) + breakdown_tables(report)
+        lines += method_tables(report) + paper_table(report)
     path.write_text("\n".join(lines))
+
+
+def save_env(out: Path, label: str, run: dict, env_name: str, entry: dict) -> dict:
+    """Files ``entry`` as ``env_name`` of run ``label`` in ``OUT.json`` (re-read under a lock, so
+    runs of other groups writing the same file concurrently are kept) and rewrites ``OUT.md``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = out.with_suffix(".json")
+        data = as_runs(json.loads(path.read_text())) if path.exists() else {"runs": {}}
+        stored = data["runs"].setdefault(label, {**run, "envs": {}})
+        data["runs"][label] = {**run, "envs": {**stored["envs"], env_name: entry}}
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        write_tables(data, out.with_suffix(".md"))
+    return data
 
 
 def main() -> None:
@@ -316,15 +558,18 @@ def main() -> None:
                              "(1: the random policy)")
     parser.add_argument("--warm-start", action="store_true",
                         help="groups sampled from the policy warm-start learning runs start from (one per seed)")
+    parser.add_argument("--state-key", nargs="+", default=["env"], choices=STATE_KEYS,
+                        help="the regimes: the key the credit methods group steps by (env: the env's own key; "
+                             "observation: the observation text, the paper's); both are scored on the same rollouts")
     parser.add_argument("--out", default=str(RESULTS / "credit_quality"))
     parser.add_argument("--tables-only", action="store_true", help="redo OUT.md from OUT.json")
     args = parser.parse_args()
+    out = Path(args.out)
     if args.tables_only:
-        write_tables(json.loads(Path(args.out).with_suffix(".json").read_text()), Path(args.out).with_suffix(".md"))
-        print(Path(args.out).with_suffix(".md").read_text())
+        write_tables(json.loads(out.with_suffix(".json").read_text()), out.with_suffix(".md"))
+        print(out.with_suffix(".md").read_text())
         return
 
-    out = Path(args.out)
     if args.warm_start and args.epsilon < 1.0:
         parser.error("--warm-start and --epsilon choose the groups' policy: give one of them")
     if args.warm_start:
@@ -335,10 +580,10 @@ def main() -> None:
         policy = f"scripted expert with probability {1 - args.epsilon:g}, else uniform random"
     else:
         groups, policy = "random-policy groups", "uniform random over admissible commands"
-    report = {"policy": policy, "epsilon": args.epsilon, "warm_start": args.warm_start, "groups": groups,
-              "group_size": args.group_size, "envs": {}}
-    if out.with_suffix(".json").exists():  # keep the other envs' results
-        report["envs"] = json.loads(out.with_suffix(".json").read_text()).get("envs", {})
+    state_keys = tuple(dict.fromkeys(args.state_key))
+    run = {"policy": policy, "epsilon": args.epsilon, "warm_start": args.warm_start, "groups": groups,
+           "group_size": args.group_size, "state_keys": list(state_keys)}
+    label = run_label(args.warm_start, args.epsilon)
     workdir = tempfile.TemporaryDirectory(prefix="credit_quality_")  # the warm starts' tiny LMs
     for env_name in args.envs:
         started, per_seed = time.time(), []
@@ -347,18 +592,16 @@ def main() -> None:
                 actor = policy_actor(warm_started_policy(env_name, seed, Path(workdir.name)))
             else:
                 actor = mixture_actor(args.epsilon) if args.epsilon < 1.0 else random_actor
-            row = score_env(env_name, args.tasks, args.group_size, seed, actor)
+            row = score_env(env_name, args.tasks, args.group_size, seed, actor, state_keys)
             per_seed.append(row)
-            print(f"{env_name} seed {seed}: {row['tasks_with_success']}/{row['tasks']} tasks with a success, "
-                  f"{row['pairs']} same-state pairs", flush=True)
-        report["envs"][env_name] = {
-            "tasks": per_seed[0]["tasks"], "group_size": args.group_size, "seeds": args.seeds,
-            "success_rate": float(np.mean([r["success_rate"] for r in per_seed])),
-            "pairs": float(np.mean([r["pairs"] for r in per_seed])), "wall_s": time.time() - started,
-            "summary": summarize(per_seed), "per_seed": per_seed}
-        out.parent.mkdir(exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-        write_tables(report, out.with_suffix(".md"))
+            print(f"{label} {env_name} seed {seed}: {row['tasks_with_success']}/{row['tasks']} tasks with a success, "
+                  f"{row['pairs']} same-state pairs, {time.time() - started:.0f} s", flush=True)
+        entry = {"tasks": per_seed[0]["tasks"], "group_size": args.group_size, "seeds": args.seeds,
+                 "success_rate": float(np.mean([r["success_rate"] for r in per_seed])),
+                 "pairs": float(np.mean([r["pairs"] for r in per_seed])), "wall_s": time.time() - started,
+                 "regimes": {state_key: summarize(per_seed, state_key) for state_key in state_keys},
+                 "per_seed": per_seed}
+        save_env(out, label, run, env_name, entry)
     workdir.cleanup()
     print(out.with_suffix(".md").read_text())
 

@@ -53,12 +53,13 @@ SEEDS = {"alfworld": [0, 1, 2]}  # the committed results' seeds: ALFWorld's plan
 def score_seed(env_name: str, n_tasks: int, group_size: int, seed: int) -> dict:
     """Every variant's three scores on one seed's random-policy groups, and the share of steps
     taken from a state no other step of the task was taken from (GAGPO gives those no TD signal)."""
-    batch, dist, next_dist, horizon = credit_quality.rollout_groups(env_name, n_tasks, group_size, seed)
+    groups = credit_quality.play_groups(env_name, n_tasks, group_size, seed)
+    batch, dist, next_dist, horizon = groups.batch("env"), groups.dist, groups.next_dist, groups.horizon
     progress = dist - next_dist
     solved = np.unique(batch.task_ids[batch.success[batch.traj_ids]])
     scored = np.isin(batch.task_ids, solved)
     traps = ((next_dist > horizon) & (dist <= horizon)) | (progress <= -3)
-    pairs = credit_quality.same_state_pairs(batch, progress, scored)
+    pairs = credit_quality.same_state_pairs(batch.task_ids, batch.state_keys, progress, scored)
     preset = {"preset": credit_quality.PRESET[env_name]} if env_name in credit_quality.PRESET else {}
     row: dict = {"seed": seed, "steps": batch.num_steps, "pairs": len(pairs[0]),
                  "tasks": len(np.unique(batch.task_ids)), "success_rate": float(batch.success.mean()),
@@ -69,7 +70,7 @@ def score_seed(env_name: str, n_tasks: int, group_size: int, seed: int) -> dict:
         row["methods"][label] = {
             "pairwise_accuracy": credit_quality.pairwise_accuracy(adv, progress, pairs),
             "weighted_agreement": credit_quality.weighted_agreement(adv, progress, pairs),
-            "trap_credit": credit_quality.trap_credit(batch, adv, traps, scored)}
+            "trap_credit": credit_quality.trap_credit(batch.task_ids, batch.state_keys, adv, traps, scored)}
         if label == "GAGPO":
             row["frac_steps_without_peer"] = 1.0 - result.diagnostics["frac_steps_in_shared_groups"]
     return row

@@ -82,14 +82,14 @@ def test_the_scripted_experts_never_lose_ground():
     """Expert-only groups (epsilon 0) win every rollout. House's BFS expert gains one step of d*
     with every step; the coin expert (upstream's gold path, independent of the coin tracker's
     explored map) never loses any, but its way round is not always the shortest."""
-    batch, dist, next_dist, _ = credit_quality.rollout_groups("house", n_tasks=6, group_size=2, seed=0,
-                                                             actor=credit_quality.mixture_actor(0.0))
-    assert batch.success.all()
-    np.testing.assert_array_equal(dist - next_dist, np.ones_like(dist))
-    batch, dist, next_dist, _ = credit_quality.rollout_groups("coin", n_tasks=6, group_size=2, seed=0,
-                                                             actor=credit_quality.mixture_actor(0.0))
-    assert batch.success.all()
-    assert set(dist - next_dist) <= {0.0, 1.0}
+    groups = credit_quality.play_groups("house", n_tasks=6, group_size=2, seed=0,
+                                        actor=credit_quality.mixture_actor(0.0))
+    assert all(groups.success)
+    np.testing.assert_array_equal(groups.dist - groups.next_dist, np.ones_like(groups.dist))
+    groups = credit_quality.play_groups("coin", n_tasks=6, group_size=2, seed=0,
+                                        actor=credit_quality.mixture_actor(0.0))
+    assert all(groups.success)
+    assert set(groups.dist - groups.next_dist) <= {0.0, 1.0}
 
 
 def test_a_small_learning_run_is_recorded_and_tabulated(tmp_path):
