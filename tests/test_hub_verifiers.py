@@ -101,15 +101,12 @@ def boxed(n: int) -> str:
 
 
 def math_env() -> Any:
-    """A single-turn verifiers environment: a boxed answer, scored by verifiers' math rubric."""
-    rows = [{"question": "What is 2 + 3?", "answer": "5"}, {"question": "What is 4 * 3?", "answer": "12"}]
-    parser = vf.Parser(extract_fn=vf.extract_boxed_answer)
-
-    def exact(completion: Any, answer: str, parser: Any, **kwargs: Any) -> float:
-        return 1.0 if parser.parse_answer(completion) == answer else 0.0
-
-    return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), parser=parser,
-                            rubric=vf.Rubric(funcs=[exact], weights=[1.0], parser=parser))
+    """A single-turn verifiers environment scored by verifiers' ``MathRubric`` (math-verify)."""
+    rows = [{"question": "What is 1/2 + 1/4?", "answer": "3/4"}, {"question": "What is 4 * 3?", "answer": "12"}]
+    held_out = [{"question": "What is 2 + 2?", "answer": "4"}]
+    rubric = vf.MathRubric()
+    return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), eval_dataset=Dataset.from_list(held_out),
+                            parser=rubric.parser, rubric=rubric)
 
 
 def add(a: int, b: int) -> int:
@@ -147,7 +144,9 @@ def test_multi_turn_rewards_and_won_equal_verifiers_on_winning_and_losing_script
 
 def test_single_turn_rewards_equal_verifiers_rubric() -> None:
     env = make_verifiers_env(math_env())
-    for seed, reply, wins in [(0, r"It is \boxed{5}.", True), (1, r"\boxed{13}", False), (1, "twelve", False)]:
+    cases = [(0, r"It is \boxed{\frac{3}{4}}.", True), (0, r"\boxed{0.75}", True), (1, r"\boxed{13}", False),
+             (1, "twelve", False)]
+    for seed, reply, wins in cases:
         rewards, won, terminated = adapted(env, seed, [reply])
         assert terminated and won is wins and rewards == [verifiers_reward(env.hub, seed, [reply])]
     observation, info = env.reset(seed=1)
@@ -186,6 +185,28 @@ def test_a_group_shares_its_dataset_row_and_the_id_resolves() -> None:
         VerifiersEnv(42)
     with pytest.raises(ValueError, match="split"):
         VerifiersEnv(math_env(), split="test")
+
+    def rank(completions: Any, **kwargs: Any) -> list[float]:  # a group-level reward function (verifiers' kind)
+        return [float(i) for i, _ in enumerate(completions)]
+
+    grouped = vf.SingleTurnEnv(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]),
+                               rubric=vf.Rubric(funcs=[rank]))
+    with pytest.raises(ValueError, match="group-level reward"):
+        VerifiersEnv(grouped)
+
+
+def test_an_empty_reply_is_invalid_and_the_eval_split_plays_the_eval_rows() -> None:
+    env = VerifiersEnv(math_env())
+    observation, _ = env.reset(seed=0)
+    again, reward, terminated, _, info = env.step("  ")
+    assert again == observation and reward == 0.0 and not terminated and not info["valid_action"]
+    env.close()
+    env = VerifiersEnv(math_env(), split="eval")
+    observation, _ = env.reset(seed=5)
+    _, reward, terminated, _, info = env.step(r"\boxed{4}")
+    assert observation == "What is 2 + 2?" and terminated and reward == 1.0 and info["won"]
+    assert info["verifiers_metrics"]["correct_answer"] == 1.0 and info["verifiers_stop"] == "max_turns_reached"
+    env.close()
 
 
 def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ def message_text(message: Any) -> str:
 
 
 def message_role(message: Any) -> str:
+    """The role of a verifiers message (a pydantic message or a dict)."""
     return str(message.get("role") if isinstance(message, Mapping) else message.role)
 
 
@@ -129,6 +130,9 @@ class VerifiersEnv(HubEnv):
                  max_episode_steps: int = 50, render_mode: str | None = None):
         vf = import_verifiers()
         self.hub: Any = load_verifiers_environment(environment, environment_kwargs)
+        if self.hub.rubric.has_group_rewards:
+            raise ValueError(f"the verifiers environment {environment!r} has group-level reward functions (they "
+                             "score K rollouts together); an episode needs a reward of its own")
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         threshold = float(self.hub.pass_threshold) if success_reward is None else float(success_reward)
@@ -151,12 +155,7 @@ class VerifiersEnv(HubEnv):
         """Verifiers' own rollout and rubric scoring of one dataset row (``Environment.run_rollout``'s
         steps without its output conversion), with milegpo's policy as the model."""
         state = await self.hub.rollout(row, self._client, MODEL_NAME, {})
-        try:
-            await self.hub.rubric.score_rollout(state)
-        except AssertionError as error:  # verifiers' own check: individual reward functions only
-            raise ValueError(f"the verifiers environment {self.environment_id!r} has group-level reward "
-                             f"functions, which score K rollouts together; milegpo needs a reward per "
-                             f"episode ({error})") from error
+        await self.hub.rubric.score_rollout(state)
         await self.hub.rubric.cleanup(state)
         return state
 
