@@ -40,10 +40,12 @@ Only rank 0 should be given a logger that writes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -56,11 +58,15 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 from milegpo.algos import distributed, iteration, persistence
-from milegpo.algos.buffer import TextRolloutBuffer
+from milegpo.algos.buffer import TextRolloutBuffer, Trajectory
 from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
 from milegpo.algos.console import use_console_format
+from milegpo.algos.counters import TrainingCounters
 from milegpo.algos.errors import TrainingError
+from milegpo.algos.iteration import RolloutPlan, RolloutState, StepHooks
 from milegpo.algos.offline_setting import default_budget, explicit_fields, offline_setting
+from milegpo.algos.rollout import RolloutStep
+from milegpo.algos.staleness import OverlappedRollout, behaviour_copy, copy_weights
 from milegpo.algos.update import UpdateSettings, run_update
 from milegpo.config import AlgoConfig, PolicyConfig
 from milegpo.config.fields import field_names, from_dict, with_overrides
@@ -176,9 +182,15 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self._iterations = 0
         self._elapsed_before = 0.0
         self._skipped_steps = 0
-        self._lost_rollouts = 0  # rollouts in a row whose every episode ended in an env error
         self._dump_pending = False
-        self._rollout_log: dict[str, float] = {}
+        #: what the rollout side keeps between iterations (lost rollouts in a row, the last rollout's log)
+        self.rollout_state = RolloutState()
+        # algo.max_staleness=1 (milegpo.algos.staleness): the rollout in flight, the copy of the weights that
+        # samples it, the buffer it fills, and whether a loaded checkpoint's first rollout is the behaviour copy's
+        self._in_flight: OverlappedRollout | None = None
+        self._behaviour: LLMPolicy | None = None
+        self._spare_buffer: TextRolloutBuffer | None = None
+        self._behaviour_pending = False
         self._last_update_stats: dict[str, float] = {}
         if _init_setup_model:
             self._setup_model()
@@ -202,7 +214,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     @property
     def last_rollout_log(self) -> dict[str, float]:
         """The last rollout's logged values (rollout/*, time/*, credit/*; empty before the first)."""
-        return dict(self._rollout_log)
+        return dict(self.rollout_state.log)
 
     @property
     def update_settings(self) -> UpdateSettings:
@@ -214,6 +226,15 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     # ------------------------------------------------------------- setup
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
+        #: this process's rank among the data-parallel processes (see milegpo.algos.distributed)
+        self.world = distributed.current_world()
+        if self.config.max_staleness and self.policy_config.sampler.backend != "hf":
+            raise ValueError("algo.max_staleness=1 samples from a copy of the adapter beside the trainer's model, "
+                             "which needs policy.sampler.backend=hf (a vLLM engine sleeps during the update and "
+                             "its log-probs are rescored by the trainer's model): use algo.max_staleness=0 with vllm")
+        if self.config.max_staleness and self.world.distributed:
+            raise ValueError("algo.max_staleness=1 runs in one process (torchrun is not supported with it yet): "
+                             "use algo.max_staleness=0 with several processes")
         if self.env is None:  # loaded for prediction only
             self.observation_space, self.action_space = TextSpace(), TextSpace()
         else:
@@ -234,8 +255,6 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         params = list(self.policy.trainable_parameters())
         if not params:
             raise ValueError("the policy has no trainable (LoRA) parameters: check policy.lora.target_modules")
-        #: this process's rank among the data-parallel processes (see milegpo.algos.distributed)
-        self.world = distributed.current_world()
         distributed.broadcast_parameters(params, self.world)
         self.optimizer = self.policy.optimizer  # SB3 convention: the optimizer lives on the policy
 
@@ -243,7 +262,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         """Train on another GroupedTextVecEnv from now on (any number of tasks and group size)."""
         vec_env = self._checked_env(env)
         self.env, self.n_envs = vec_env, vec_env.num_envs
+        self._cancel_overlapped()
         self.rollout_buffer = TextRolloutBuffer(vec_env.num_envs, vec_env.group_ids)
+        self._spare_buffer = None
         self._last_obs = None
 
     @classmethod
@@ -287,8 +308,54 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
 
     def _seed_tasks(self, env: VecEnv) -> None:
         """Seed the vec env's task draw for the current iteration (reproducible, resumable)."""
-        seed = np.random.SeedSequence([self.task_seed_base, 0, self._iterations]).generate_state(1)[0]
-        env.seed(int(seed))
+        env.seed(self._rollout_plan().task_seed)
+
+    def _rollout_plan(self) -> RolloutPlan:
+        """What the next rollout needs to know of the run (:mod:`milegpo.algos.iteration`)."""
+        c = self.config
+        return RolloutPlan(iteration=self._iterations, task_seed_base=self.task_seed_base, world=self.world,
+                           rollout=c.rollout, per_env_sampling=c.samples_per_env, credit_method=self.credit_method,
+                           credit_config=self.credit_config, policy_version=self._iterations)
+
+    def _step_hooks(self, callback: BaseCallback) -> StepHooks:
+        """How the played steps reach this run: its step and episode counters, then ``callback``."""
+
+        def step_played(step: RolloutStep, buffer: TextRolloutBuffer) -> bool:
+            self.num_timesteps += len(step.active)
+            for i in step.active:
+                if step.dones[i]:
+                    self._record_episode(buffer.trajectories[int(i)])
+            callback.update_locals({"step": step, "rollout_buffer": buffer})
+            return callback.on_step()
+
+        return StepHooks(callback.on_rollout_start, step_played)
+
+    def _record_episode(self, trajectory: Trajectory) -> None:
+        """Count a finished episode in SB3's episode buffers."""
+        assert self.ep_info_buffer is not None and self.ep_success_buffer is not None
+        self.ep_info_buffer.append({"r": trajectory.outcome, "l": len(trajectory.steps),
+                                    "t": time.time() - self.start_time / 1e9})
+        self.ep_success_buffer.append(float(trajectory.won))
+        self._episode_num += 1
+
+    def training_counters(self) -> TrainingCounters:
+        """Where the run stands now (what a checkpoint saves)."""
+        return TrainingCounters(num_timesteps=int(self.num_timesteps), n_updates=int(self._n_updates),
+                                iterations=int(self._iterations), skipped_steps=int(self._skipped_steps),
+                                episode_num=int(self._episode_num), total_timesteps=int(self._total_timesteps),
+                                current_progress_remaining=float(self._current_progress_remaining),
+                                time_elapsed_s=float(self.time_elapsed()))
+
+    def _restore_counters(self, counters: TrainingCounters) -> None:
+        """Set the counters to saved ones (training then continues from there)."""
+        self.num_timesteps = counters.num_timesteps
+        self._n_updates = counters.n_updates
+        self._iterations = counters.iterations
+        self._skipped_steps = counters.skipped_steps
+        self._episode_num = counters.episode_num
+        self._total_timesteps = counters.total_timesteps
+        self._current_progress_remaining = counters.current_progress_remaining
+        self._elapsed_before = counters.time_elapsed_s
 
     def time_elapsed(self) -> float:
         """Seconds of training so far, over all sessions of a resumed run."""
@@ -316,8 +383,11 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         if total_timesteps is None:
             total_timesteps = default_budget(self.offline_setting)
         updates_before, skipped_before = self._n_updates, self._skipped_steps
-        super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
-                      reset_num_timesteps, progress_bar)
+        try:
+            super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
+                          reset_num_timesteps, progress_bar)
+        finally:  # a learn() that failed or was stopped leaves no rollout playing
+            self._cancel_overlapped()
         skipped = self._skipped_steps - skipped_before
         if skipped and self._n_updates == updates_before:
             raise TrainingError(f"no update was applied: all {skipped} optimizer steps of this learn() call had a "
@@ -343,10 +413,29 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         if self._dump_pending:  # the untrained policy's evaluation (iteration 0): its own row
             self.logger.dump(step=self.num_timesteps)
             self._dump_pending = False
-        collected = iteration.collect(self, env, callback, rollout_buffer)
+        timesteps_before = self.num_timesteps
+        flight, self._in_flight = self._in_flight, None
+        if flight is not None:  # played during the last update (algo.max_staleness=1)
+            plan = flight.plan
+            self.rollout_buffer, self._spare_buffer = flight.buffer, self.rollout_buffer
+            rollout_buffer = self.rollout_buffer
+            collected = flight.join(self._step_hooks(callback))
+        else:
+            plan, policy = self._rollout_plan(), self.policy
+            if self._behaviour_pending:  # loaded from a checkpoint saved while this rollout was in flight
+                assert self._behaviour is not None
+                plan, policy = dataclasses.replace(plan, policy_version=self._iterations - 1), self._behaviour
+                self._behaviour_pending = False
+            reset_obs = self._last_obs  # SB3's learn resets the env (seeded by _setup_learn) before the first rollout
+            assert reset_obs is None or isinstance(reset_obs, np.ndarray)
+            try:
+                collected = iteration.collect(policy, env, rollout_buffer, plan, self._step_hooks(callback), reset_obs)
+            finally:
+                self._last_obs = None  # the next rollout starts from a fresh group reset
         if collected is None:  # a callback stopped training
             return False
-        iteration.assign_credit(self, env, rollout_buffer, collected)
+        self.num_timesteps = timesteps_before + iteration.assign_credit(
+            env, rollout_buffer, collected, self.rollout_state, plan, self.logger, timesteps_before)
         callback.update_locals({"rollout_buffer": rollout_buffer, "collected": collected})
         callback.on_rollout_end()
         return True
@@ -364,17 +453,21 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / session))
         self.logger.record("time/time_elapsed", int(self.time_elapsed()), exclude="tensorboard")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
-        for key, value in self._rollout_log.items():
+        for key, value in self.rollout_state.log.items():
             self.logger.record(key, value)
         self._dump_pending = True
 
     # ------------------------------------------------------------ update
     def train(self) -> None:
         """PPO-clip update of the LoRA parameters on the rollout's steps and advantages."""
+        buffer = self.rollout_buffer
+        if self.config.max_staleness:
+            self.logger.record("rollout/policy_lag", self._iterations - buffer.policy_version)
+            if self.num_timesteps < self._total_timesteps:  # another iteration follows: play its rollout now
+                self._start_overlapped()
         self.policy.set_training_mode(True)
         self.policy.before_update()
         self._update_learning_rate(self.optimizer)
-        buffer = self.rollout_buffer
         has_rows = buffer.advantages is not None and len(buffer.advantages) > 0
         # minibatches of the global batch (every rank's rows; just this rollout's with one process)
         minibatches = (minibatch for _ in range(self.config.n_epochs if has_rows or self.world.distributed else 0)
@@ -402,6 +495,25 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self.logger.record("time/update_tokens_per_s", self._last_update_stats["update_tokens_per_s"])
         self._end_iteration()
 
+    def _start_overlapped(self) -> None:
+        """Play the next iteration's rollout in a thread with a copy of the weights as they are now,
+        before the update changes them (:mod:`milegpo.algos.staleness`)."""
+        env = self._checked_env(self.env)
+        if self._behaviour is None:
+            self._behaviour = behaviour_copy(self.policy)
+        else:
+            copy_weights(self.policy, self._behaviour)
+        if self._spare_buffer is None:
+            self._spare_buffer = TextRolloutBuffer(env.num_envs, env.group_ids)
+        plan = dataclasses.replace(self._rollout_plan(), iteration=self._iterations + 1)
+        self._in_flight = OverlappedRollout.start(self._behaviour, env, self._spare_buffer, plan)
+
+    def _cancel_overlapped(self) -> None:
+        """Stop and drop the rollout in flight, if any."""
+        flight, self._in_flight = getattr(self, "_in_flight", None), None
+        if flight is not None:
+            flight.cancel()
+
     def _end_iteration(self) -> None:
         """After the update: callbacks that log (evaluation) add to this iteration's row, the row is
         dumped, then callbacks that save (checkpoints) run, so a checkpoint never precedes its row."""
@@ -425,7 +537,15 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         are not supported: the checkpoint content is fixed."""
         if exclude is not None or include is not None:
             raise ValueError("milegpo checkpoints have a fixed content: exclude/include are not supported")
-        persistence.save_checkpoint(self, path)
+        state = persistence.RunState(
+            algorithm=type(self).__name__, algo=self.config,
+            policy_class=persistence.policy_class_name(self.policy_class, self.policy_aliases),
+            policy_config=self.policy_config, stats_window_size=self._stats_window_size,
+            base_model=persistence.base_model_fingerprint(self.policy.model.config, self.policy_config),
+            counters=self.training_counters(), seed=self.seed, task_seed_base=self.task_seed_base,
+            minibatch_rng=dict(self._rng.bit_generator.state))
+        in_flight = self._in_flight is not None or self._behaviour_pending
+        persistence.save_checkpoint(path, state, self.policy, self.optimizer, self._behaviour if in_flight else None)
 
     @classmethod
     def load(  # type: ignore[override]
@@ -448,8 +568,26 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         Raises :class:`~milegpo.algos.checkpoint.CheckpointError` for a missing, corrupt or
         mismatching checkpoint (other algorithm, other base model, adapter that does not fit).
         """
-        return persistence.load_checkpoint(cls, path, None if env is None else cls._checked_env(env), device,
-                                           base_model=base_model, **kwargs)
+        saved = persistence.read_saved_run(path, cls.__name__, cls.policy_aliases, base_model, **kwargs)
+        model = cls(saved.policy_class, None if env is None else cls._checked_env(env), saved.algo,
+                    policy_kwargs=saved.policy_config, device=device, seed=saved.seed,
+                    stats_window_size=saved.stats_window_size, _init_setup_model=False)
+        if saved.task_seed_base is not None:
+            model.task_seed_base = saved.task_seed_base
+        model._setup_model()
+        persistence.load_weights(saved, persistence.base_model_fingerprint(model.policy.model.config,
+                                                                           model.policy_config),
+                                 model.policy, model.optimizer, model.device)
+        model._restore_counters(saved.counters)
+        if saved.behaviour_adapter is not None and model.config.max_staleness:
+            model._behaviour = behaviour_copy(model.policy)
+            persistence.load_adapter(model._behaviour, saved.behaviour_adapter)
+            model._behaviour_pending = True
+        if saved.minibatch_rng is not None:
+            model._rng.bit_generator.state = saved.minibatch_rng
+        model.ep_info_buffer = deque(maxlen=model._stats_window_size)
+        model.ep_success_buffer = deque(maxlen=model._stats_window_size)
+        return model
 
     def predict(  # type: ignore[override]
         self,

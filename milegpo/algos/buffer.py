@@ -243,8 +243,11 @@ class TextRolloutBuffer:
         self.reset()
 
     # ------------------------------------------------------------ filling
-    def reset(self, task_seeds: Sequence[int] | np.ndarray | None = None) -> None:
-        """Empty the buffer for a new rollout; ``task_seeds[g]`` is group ``g``'s task seed."""
+    def reset(self, task_seeds: Sequence[int] | np.ndarray | None = None, policy_version: int = 0) -> None:
+        """Empty the buffer for a new rollout; ``task_seeds[g]`` is group ``g``'s task seed,
+        ``policy_version`` the version of the weights that sample every step of it (the updates
+        applied before them): the update's policy lag is its own version minus this one."""
+        self.policy_version = int(policy_version)
         seeds = np.full(int(self.group_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
         if task_seeds is not None:
             seeds[: len(task_seeds)] = np.asarray(task_seeds, dtype=np.int64)[: len(seeds)]

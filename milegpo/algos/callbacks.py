@@ -26,7 +26,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from stable_baselines3.common.callbacks import (
     BaseCallback,
@@ -37,10 +37,26 @@ from stable_baselines3.common.callbacks import (
 
 from milegpo.algos.checkpoint import replaceable, to_builtin
 from milegpo.algos.evaluation import evaluate
+from milegpo.contracts import ActingPolicy
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
-if TYPE_CHECKING:
-    from milegpo.algos.base import GroupRLAlgorithm
+
+class TrainedAlgorithm(Protocol):
+    """The algorithm as the iteration callbacks see it (:class:`~milegpo.algos.base.GroupRLAlgorithm`)."""
+
+    @property
+    def policy(self) -> ActingPolicy: ...
+
+    @property
+    def num_timesteps(self) -> int: ...
+
+    @property
+    def iterations(self) -> int: ...
+
+    @property
+    def timestep_budget(self) -> int: ...
+
+    def log_row_pending(self) -> None: ...
 
 
 class IterationCallback(BaseCallback):
@@ -63,9 +79,9 @@ class IterationCallback(BaseCallback):
         self._last_done = -1
 
     @property
-    def algorithm(self) -> GroupRLAlgorithm:
-        """The group-RL algorithm being trained (SB3's ``self.model``, typed)."""
-        return cast("GroupRLAlgorithm", self.model)
+    def algorithm(self) -> TrainedAlgorithm:
+        """The group-RL algorithm being trained (SB3's ``self.model``, as these callbacks use it)."""
+        return cast(TrainedAlgorithm, self.model)
 
     def _on_step(self) -> bool:
         return True

@@ -6,6 +6,8 @@ A checkpoint of a group-RL algorithm is a directory::
       config.json     algorithm, its AlgoConfig, the policy class and PolicyConfig,
                       base-model fingerprint, counters and RNG states (plain JSON)
       adapter/        the LoRA adapter (peft ``save_pretrained``, safetensors)
+      behaviour_adapter/  with ``algo.max_staleness=1``, when a rollout was in flight: the
+                      adapter that samples it (:mod:`milegpo.algos.staleness`)
       optimizer.pt    ``torch.save`` of the optimizer's state dict (tensors only,
                       loaded with ``weights_only=True``)
 
@@ -39,6 +41,7 @@ FORMAT = "milegpo-checkpoint"
 FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 ADAPTER_DIR = "adapter"
+BEHAVIOUR_ADAPTER_DIR = "behaviour_adapter"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
@@ -95,9 +98,10 @@ def replaceable(path: str | os.PathLike) -> bool:
 
 
 def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: Any,
-                     optimizer: th.optim.Optimizer) -> Path:
-    """Write a checkpoint directory at ``path`` atomically (see the module docstring). An existing
-    ``path`` is replaced only when it is a checkpoint (:func:`replaceable`); else ``FileExistsError``."""
+                     optimizer: th.optim.Optimizer, behaviour: Any | None = None) -> Path:
+    """Write a checkpoint directory at ``path`` atomically (see the module docstring), with ``behaviour``'s
+    adapter when given. An existing ``path`` is replaced only when it is a checkpoint (:func:`replaceable`);
+    else ``FileExistsError``."""
     path = Path(path)
     if not replaceable(path):
         raise FileExistsError(f"{str(path)!r} exists and is not a milegpo checkpoint: save to a new folder "
@@ -106,14 +110,9 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
     tmp = _aside(path, _TMP_TAG)
     try:
         tmp.mkdir()
-        try:
-            policy.save_adapter(str(tmp / ADAPTER_DIR))
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, exc.filename or str(tmp / ADAPTER_DIR)) from exc
-        except Exception as exc:  # safetensors reports a full disk as its own error type
-            if not disk_full(tmp):
-                raise
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp / ADAPTER_DIR)) from exc
+        _save_adapter(policy, tmp, ADAPTER_DIR)
+        if behaviour is not None:
+            _save_adapter(behaviour, tmp, BEHAVIOUR_ADAPTER_DIR)
         _save_tensors(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         config = {**config, "files": _manifest(tmp)}
         with open(tmp / CONFIG_FILE, "w") as f:
@@ -129,6 +128,18 @@ def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: An
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _save_adapter(policy: Any, folder: Path, name: str) -> None:
+    """``policy.save_adapter`` into ``folder / name``; a full disk as the ``OSError`` it is, naming the folder."""
+    try:
+        policy.save_adapter(str(folder / name))
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, exc.filename or str(folder / name)) from exc
+    except Exception as exc:  # safetensors reports a full disk as its own error type
+        if not disk_full(folder):
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / name)) from exc
 
 
 def _save_tensors(state: dict[str, Any], file: Path) -> None:

@@ -3,18 +3,15 @@
 SB3's learn loop reads some of them as attributes of the algorithm (``num_timesteps``,
 ``_n_updates``, ``_episode_num``, ``_total_timesteps``, ``_current_progress_remaining``);
 the others are milegpo's (iterations, skipped optimizer steps, seconds trained in earlier
-sessions). :class:`TrainingCounters` is the one place that lists them all: a checkpoint
-saves :meth:`TrainingCounters.of` the model and a load :meth:`~TrainingCounters.restore`\\ s it,
-so a counter cannot be saved and then forgotten at load time.
+sessions). :class:`TrainingCounters` is the one place that lists them all: the algorithm
+gives a checkpoint its ``training_counters()`` and a load restores them all from this one
+object, so a counter cannot be saved and then forgotten at load time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from milegpo.algos.base import GroupRLAlgorithm
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -41,29 +38,9 @@ class TrainingCounters:
     time_elapsed_s: float = 0.0
 
     @classmethod
-    def of(cls, model: GroupRLAlgorithm) -> TrainingCounters:
-        """The counters of a :class:`~milegpo.algos.base.GroupRLAlgorithm` now."""
-        return cls(num_timesteps=int(model.num_timesteps), n_updates=int(model._n_updates),
-                   iterations=int(model._iterations), skipped_steps=int(model._skipped_steps),
-                   episode_num=int(model._episode_num), total_timesteps=int(model._total_timesteps),
-                   current_progress_remaining=float(model._current_progress_remaining),
-                   time_elapsed_s=float(model.time_elapsed()))
-
-    @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainingCounters:
         """The counters saved in a checkpoint (every field must be there)."""
         missing = [f.name for f in fields(cls) if f.name not in values]
         if missing:
             raise ValueError(f"the checkpoint's counters lack {missing}")
         return cls(**{f.name: values[f.name] for f in fields(cls)})
-
-    def restore(self, model: GroupRLAlgorithm) -> None:
-        """Set the model's counters to these (training then continues from here)."""
-        model.num_timesteps = self.num_timesteps
-        model._n_updates = self.n_updates
-        model._iterations = self.iterations
-        model._skipped_steps = self.skipped_steps
-        model._episode_num = self.episode_num
-        model._total_timesteps = self.total_timesteps
-        model._current_progress_remaining = self.current_progress_remaining
-        model._elapsed_before = self.time_elapsed_s

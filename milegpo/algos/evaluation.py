@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -26,13 +26,18 @@ from milegpo.algos.rollout import RolloutStep, play_episodes
 from milegpo.contracts import ActingPolicy
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
-if TYPE_CHECKING:
-    from milegpo.algos.base import GroupRLAlgorithm
+
+@runtime_checkable
+class HasPolicy(Protocol):
+    """An algorithm, as evaluation sees it: something with an acting ``policy``."""
+
+    @property
+    def policy(self) -> ActingPolicy: ...
 
 
-def _policy_of(model: GroupRLAlgorithm | ActingPolicy) -> ActingPolicy:
+def _policy_of(model: HasPolicy | ActingPolicy) -> ActingPolicy:
     """The policy of an algorithm, or the policy itself."""
-    return cast(ActingPolicy, model.policy) if hasattr(model, "policy") else model
+    return model.policy if isinstance(model, HasPolicy) else model
 
 
 def run_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, task_seeds: Sequence[int], deterministic: bool = True,
@@ -97,7 +102,7 @@ def _run_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, task_seeds: Sequ
     return results
 
 
-def evaluate(model: GroupRLAlgorithm | ActingPolicy, env: GroupedTextVecEnv, n_episodes: int | None = None,
+def evaluate(model: HasPolicy | ActingPolicy, env: GroupedTextVecEnv, n_episodes: int | None = None,
              task_seeds: Sequence[int] | None = None, deterministic: bool = True,
              temperature: float | None = None, seed: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Success rate, mean return and length of ``model`` on the tasks of ``env``'s split.
@@ -163,7 +168,7 @@ class EvaluationResult(dict):
     __str__ = __repr__
 
 
-def evaluate_policy(model: GroupRLAlgorithm | ActingPolicy, env: GroupedTextVecEnv, n_eval_episodes: int = 10,
+def evaluate_policy(model: HasPolicy | ActingPolicy, env: GroupedTextVecEnv, n_eval_episodes: int = 10,
                     deterministic: bool = True, return_episode_rewards: bool = False,
                     ) -> tuple[float, float] | tuple[list[float], list[int]]:
     """SB3's ``evaluate_policy`` for text agents: ``(mean_reward, std_reward)`` over the

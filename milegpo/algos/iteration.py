@@ -11,27 +11,31 @@
   the iteration's rollout log values.
 
 The update (``train``) is the third seam, in :mod:`milegpo.algos.base`.
+
+Each seam works on what it is given: the policy, the vec env, the buffer, a
+:class:`RolloutPlan` (what this iteration's rollout needs to know of the run), the
+:class:`RolloutState` the algorithm keeps from one rollout to the next, and
+:class:`StepHooks` through which the played steps and episodes reach the run's counters.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback
 
 from milegpo.algos import distributed
 from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.algos.errors import TrainingError
 from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes, play_episodes_async
 from milegpo.algos.run_outputs import write_credit_outputs
+from milegpo.contracts import ActingPolicy
+from milegpo.credit import CreditConfig
 from milegpo.envs.vec_env import GroupedTextVecEnv
-
-if TYPE_CHECKING:
-    from milegpo.algos.base import GroupRLAlgorithm
 
 logger = logging.getLogger(__name__)
 #: the vec envs whose async rollouts were said to play in lockstep (said once each)
@@ -39,6 +43,70 @@ _SAID_LOCKSTEP: set[int] = set()
 
 #: rollouts in a row that may lose every episode to env errors before training stops
 MAX_LOST_ROLLOUTS = 3
+
+
+class SamplingPolicy(ActingPolicy, Protocol):
+    """A policy the trainer samples rollouts from: it acts, and its sampling restarts from a seed."""
+
+    def reseed_sampling(self, seed: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What one iteration's rollout needs to know of the run.
+
+    :param iteration: the iterations completed before this rollout (picks its task and sampling seeds).
+    :param task_seed_base: the run's seed of the task draws (kept in checkpoints).
+    :param world: this process's rank among the data-parallel processes.
+    :param rollout: ``algo.rollout`` (``lockstep`` or ``async``).
+    :param per_env_sampling: ``algo.samples_per_env``: each env samples from its own stream.
+    :param credit_method: the credit method of :func:`milegpo.credit.compute_credit`.
+    :param credit_config: its settings.
+    :param policy_version: the version of the weights that sample this rollout (the updates applied
+        before them), recorded in the buffer.
+    """
+
+    iteration: int
+    task_seed_base: int
+    world: distributed.World
+    rollout: str
+    per_env_sampling: bool
+    credit_method: str
+    credit_config: CreditConfig
+    policy_version: int
+
+    @property
+    def task_seed(self) -> int:
+        """The seed of the vec env's task draw for this iteration (the same on every rank and after a resume)."""
+        return int(np.random.SeedSequence([self.task_seed_base, 0, self.iteration]).generate_state(1)[0])
+
+    @property
+    def sampling_seed(self) -> int:
+        """The seed of this rank's action sampling: reproducible and resumable on any number of ranks."""
+        return int(np.random.SeedSequence(
+            [self.task_seed_base, 2, self.iteration, self.world.rank]).generate_state(1)[0])
+
+
+@dataclass
+class RolloutState:
+    """What the rollout side keeps from one iteration to the next (the algorithm owns it).
+
+    :param lost_rollouts: rollouts in a row whose every episode ended in an env error.
+    :param log: the last rollout's logged values (rollout/*, time/*, credit/*).
+    """
+
+    lost_rollouts: int = 0
+    log: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepHooks:
+    """How the played rollout reaches the run: ``rollout_started()`` once before the first step, then
+    ``step_played(step, buffer)`` after each step is in the buffer (the run counts its env steps and
+    finished episodes and calls its callbacks); a step_played that returns False stops the rollout."""
+
+    rollout_started: Callable[[], None]
+    step_played: Callable[[RolloutStep, TextRolloutBuffer], bool]
 
 
 @dataclass
@@ -51,59 +119,56 @@ class Collected:
     local_steps: int
 
 
-def collect(model: GroupRLAlgorithm, env: GroupedTextVecEnv, callback: BaseCallback,
-            buffer: TextRolloutBuffer) -> Collected | None:
-    """Play every group's episodes from a fresh reset into ``buffer``; None when a callback stops."""
-    model.policy.set_training_mode(False)
-    timesteps_before = model.num_timesteps
-    try:
-        if model._last_obs is None:
-            model._seed_tasks(env)
-            model._last_obs = env.reset()
-        observations = model._last_obs
-        infos = [dict(info) for info in env.reset_infos]
-        buffer.reset(env.task_seeds)
-        for i, info in enumerate(infos):
-            if info.get("env_error") is not None:
-                buffer.add_reset_error(i, str(info["env_error"]))
-        # sampling seeded per (run, iteration, rank): reproducible and resumable on any number of ranks
-        sampling_seed = int(np.random.SeedSequence(
-            [model.task_seed_base, 2, model._iterations, model.world.rank]).generate_state(1)[0])
-        model.policy.reseed_sampling(sampling_seed)
-        callback.on_rollout_start()
-        meter = RolloutMeter()
+def collect(policy: SamplingPolicy, env: GroupedTextVecEnv, buffer: TextRolloutBuffer, plan: RolloutPlan,
+            hooks: StepHooks, observations: np.ndarray | None = None) -> Collected | None:
+    """Play every group's episodes into ``buffer``; None when ``hooks.step_played`` stops the rollout.
 
-        def record(step: RolloutStep) -> bool:
-            meter.policy_seconds += step.policy_seconds
-            model.num_timesteps += len(step.active)
-            for k, i in enumerate(step.active):
-                sample = step.samples[k]
-                buffer.add(int(i), sample, step.infos[i].get("state_key", ""), step.rewards[i],
-                           bool(step.dones[i]), step.new_infos[i])
-                meter.add(sample)
-                if step.dones[i]:
-                    record_episode(model, buffer, int(i))
-            callback.update_locals({"step": step, "rollout_buffer": buffer})
-            return callback.on_step()
+    :param observations: the observations of a group reset already made with ``plan.task_seed``
+        (SB3's ``learn`` resets the env before the first rollout); None: reset here.
+    """
+    policy.set_training_mode(False)
+    if observations is None:
+        env.seed(plan.task_seed)
+        observations = env.reset()
+    infos = [dict(info) for info in env.reset_infos]
+    buffer.reset(env.task_seeds, plan.policy_version)
+    for i, info in enumerate(infos):
+        if info.get("env_error") is not None:
+            buffer.add_reset_error(i, str(info["env_error"]))
+    sampling_seed = plan.sampling_seed
+    policy.reseed_sampling(sampling_seed)
+    hooks.rollout_started()
+    meter = RolloutMeter()
+    local_steps = 0
 
-        assert isinstance(observations, np.ndarray)
-        if rollout_mode(model, env) == "async":
-            played = play_episodes_async(model.policy, env, observations, infos, deterministic=False,
-                                         on_step=record, stream_seed=sampling_seed)
-        else:
-            played = play_episodes(model.policy, env, observations, infos, deterministic=False, on_step=record,
-                                   stream_seed=sampling_seed if model.config.samples_per_env else None)
-        if not played:
-            return None
-    finally:
-        model._last_obs = None  # the next rollout starts from a fresh group reset
-    return Collected(meter, time.perf_counter() - meter.started, model.num_timesteps - timesteps_before)
+    def record(step: RolloutStep) -> bool:
+        nonlocal local_steps
+        meter.policy_seconds += step.policy_seconds
+        local_steps += len(step.active)
+        for k, i in enumerate(step.active):
+            sample = step.samples[k]
+            buffer.add(int(i), sample, step.infos[i].get("state_key", ""), step.rewards[i],
+                       bool(step.dones[i]), step.new_infos[i])
+            meter.add(sample)
+        return hooks.step_played(step, buffer)
 
-def rollout_mode(model: GroupRLAlgorithm, env: GroupedTextVecEnv) -> str:
-    """``algo.rollout``, or ``lockstep`` where nothing could overlap: envs in this process (or in one
-    worker) step only when the policy is not acting; said once per model."""
-    if model.config.rollout != "async" or len(env.worker_envs) > 1:
-        return model.config.rollout
+    assert isinstance(observations, np.ndarray)
+    if rollout_mode(plan.rollout, env) == "async":
+        played = play_episodes_async(policy, env, observations, infos, deterministic=False,
+                                     on_step=record, stream_seed=sampling_seed)
+    else:
+        played = play_episodes(policy, env, observations, infos, deterministic=False, on_step=record,
+                               stream_seed=sampling_seed if plan.per_env_sampling else None)
+    if not played:
+        return None
+    return Collected(meter, time.perf_counter() - meter.started, local_steps)
+
+
+def rollout_mode(rollout: str, env: GroupedTextVecEnv) -> str:
+    """``rollout`` (``algo.rollout``), or ``lockstep`` where nothing could overlap: envs in this process
+    (or in one worker) step only when the policy is not acting; said once per vec env."""
+    if rollout != "async" or len(env.worker_envs) > 1:
+        return rollout
     if id(env) not in _SAID_LOCKSTEP:
         _SAID_LOCKSTEP.add(id(env))
         why = "in this process" if not env.subprocess else "in one worker process"
@@ -113,47 +178,44 @@ def rollout_mode(model: GroupRLAlgorithm, env: GroupedTextVecEnv) -> str:
     return "lockstep"
 
 
-def assign_credit(model: GroupRLAlgorithm, env: GroupedTextVecEnv, buffer: TextRolloutBuffer,
-                  collected: Collected) -> None:
-    """Credit of the collected steps (every rank's, merged), its outputs and the rollout log values."""
+def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: Collected, state: RolloutState,
+                  plan: RolloutPlan, run_logger: Any, timesteps_before: int) -> int:
+    """Credit of the collected steps (every rank's, merged), its outputs (through ``run_logger``, SB3's
+    logger) and the rollout log values (``state.log``); returns the rollout's env steps on all ranks.
+
+    :param timesteps_before: the run's env steps (all ranks) before this rollout.
+    """
     started = time.perf_counter()
     credit = None
     if buffer.num_steps:  # none: every env failed at reset (stopped below, once all ranks know)
-        credit = buffer.compute_credit(model.credit_method, model.credit_config)
+        credit = buffer.compute_credit(plan.credit_method, plan.credit_config)
     credit_time = time.perf_counter() - started
     # env steps of all ranks (every rank then agrees on when learn() ends)
-    model.num_timesteps += int(distributed.all_reduce_sum([collected.local_steps], model.world)[0]) - \
-        collected.local_steps
-    stats = distributed.reduce_rollout_stats(buffer.stats(), model.world)
-    check_rollout_lost(model, stats, buffer, env)
-    batch, credit = distributed.global_credit(model.credit_method, model.credit_config, buffer.batch, credit,
-                                              env.n_tasks, model.world)
-    model._rollout_log = collected.meter.log(stats, collected.seconds, credit_time)
+    steps = int(distributed.all_reduce_sum([collected.local_steps], plan.world)[0])
+    stats = distributed.reduce_rollout_stats(buffer.stats(), plan.world)
+    check_rollout_lost(state, stats, buffer, env)
+    batch, credit = distributed.global_credit(plan.credit_method, plan.credit_config, buffer.batch, credit,
+                                              env.n_tasks, plan.world)
+    state.log = collected.meter.log(stats, collected.seconds, credit_time)
     if credit is not None:
-        model._rollout_log.update(credit.log_values())
-        meta = {"iteration": model._iterations + 1, "num_timesteps": model.num_timesteps,
-                "method": model.credit_method}
-        write_credit_outputs(model.logger, credit, batch, meta, stats["success_rate"])
+        state.log.update(credit.log_values())
+        meta = {"iteration": plan.iteration + 1, "num_timesteps": timesteps_before + steps,
+                "method": plan.credit_method}
+        write_credit_outputs(run_logger, credit, batch, meta, stats["success_rate"])
+    return steps
 
-def check_rollout_lost(model: GroupRLAlgorithm, stats: dict[str, float], buffer: TextRolloutBuffer,
+
+def check_rollout_lost(state: RolloutState, stats: dict[str, float], buffer: TextRolloutBuffer,
                        env: GroupedTextVecEnv) -> None:
     """Stop with :class:`TrainingError` when the env cannot be played: no env completed a step
     (all ranks), or :data:`MAX_LOST_ROLLOUTS` rollouts in a row lost every episode to env errors."""
     lost = stats["episodes"] > 0 and stats["env_errors"] >= stats["episodes"]
-    model._lost_rollouts = model._lost_rollouts + 1 if lost else 0
-    if stats["steps"] and model._lost_rollouts < MAX_LOST_ROLLOUTS:
+    state.lost_rollouts = state.lost_rollouts + 1 if lost else 0
+    if stats["steps"] and state.lost_rollouts < MAX_LOST_ROLLOUTS:
         return
     errors = [t.env_error for t in buffer.trajectories if t.env_error is not None]
     example = f": {errors[0]}" if errors else ""
     where = f"; tracebacks in {env.errors.path}" if env.errors.path is not None else ""
     what = ("no env completed a step (every episode ended in an env error at reset or its first step)"
-            if not stats["steps"] else f"{model._lost_rollouts} rollouts in a row lost every episode to env errors")
+            if not stats["steps"] else f"{state.lost_rollouts} rollouts in a row lost every episode to env errors")
     raise TrainingError(f"{what}{example}{where}. The env is broken: fix it and rerun")
-
-def record_episode(model: GroupRLAlgorithm, buffer: TextRolloutBuffer, env_index: int) -> None:
-    """Count the finished episode of env ``env_index`` in SB3's episode buffers."""
-    traj = buffer.trajectories[env_index]
-    assert model.ep_info_buffer is not None and model.ep_success_buffer is not None
-    model.ep_info_buffer.append({"r": traj.outcome, "l": len(traj.steps), "t": time.time() - model.start_time / 1e9})
-    model.ep_success_buffer.append(float(traj.won))
-    model._episode_num += 1
