@@ -172,10 +172,14 @@ def test_a_tool_environment_is_played_with_tool_calls() -> None:
 
 
 def test_a_group_shares_its_dataset_row_and_the_id_resolves() -> None:
-    venv = make_vec_env(f"verifiers:{GUESS}", n_tasks=2, group_size=3, seed=0)
+    # in worker processes: each copy runs verifiers' rollout on its own event loop there
+    venv = make_vec_env(f"verifiers:{GUESS}", n_tasks=2, group_size=3, seed=0, subprocess=True, n_workers=2)
     venv.reset()
     rows = venv.get_attr("row_index")
     assert rows[0] == rows[1] == rows[2] and rows[3] == rows[4] == rows[5]
+    secrets = [row + 1 for row in rows]  # the example's rows: the numbers 1..10 in order
+    _, rewards, dones, _ = venv.step([boxed(n) for n in secrets[:3]] + [boxed(secrets[3] % 10 + 1)] * 3)
+    assert list(rewards) == [1.0] * 3 + [0.0] * 3 and list(dones) == [True] * 3 + [False] * 3
     venv.close()
     assert register_hub_env(f"verifiers:{GUESS}", max_episode_steps=9)
     made = make_env(f"verifiers:{GUESS}")
