@@ -149,3 +149,13 @@ def test_every_method_gives_what_the_previous_build_gave(seed, shuffled, monkeyp
     monkeypatch.setattr(graph_module, "node_index", previous_node_index)
     monkeypatch.setattr(graph_module, "index_strings", previous_index_strings)
     assert_same(now, results(batch))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_seen_ids_by_table_equal_the_sort(seed):
+    rng = np.random.default_rng(seed)
+    for codes in (rng.integers(0, 20, 60), rng.integers(-3, 3, 9), rng.integers(0, 10**13, 40), np.arange(5)):
+        unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        rank = np.empty(len(unique), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
+        np.testing.assert_array_equal(hgpo_module._first_seen_ids(codes), rank[inverse.reshape(-1)])

@@ -97,7 +97,18 @@ def history_groups_by_level(batch: StepBatch, graph: TaskGraph, levels: list[int
 
 
 def _first_seen_ids(codes: np.ndarray) -> np.ndarray:
-    """Dense ids of ``codes``, numbered in order of first appearance."""
+    """Dense ids of ``codes``, numbered in order of first appearance.
+
+    Codes within a span of a few times their number (level 1: node ids) find their first row in a
+    table of the span, with no sort; wider ones (pairs of a group and a node) are sorted."""
+    n = len(codes)
+    if n and int(codes.max()) - int(codes.min()) < 4 * n + 1024:
+        offset = codes - codes.min()
+        first = np.full(int(offset.max()) + 1, n, dtype=np.int64)
+        np.minimum.at(first, offset, np.arange(n))
+        first_row = first[offset]
+        id_at_row = np.cumsum(first_row == np.arange(n)) - 1
+        return id_at_row[first_row]
     unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     rank = np.empty(len(unique), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
