@@ -224,6 +224,24 @@ def test_a_group_shares_its_dataset_row_and_the_id_resolves() -> None:
         VerifiersEnv(grouped)
 
 
+def test_an_environment_that_rewrites_the_conversation_is_refused() -> None:
+    class LastTurnOnly(vf.MultiTurnEnv):  # shows the model only the latest feedback (non-linear prompts)
+        async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> Any:
+            return [vf.UserMessage(content="again")]
+
+        async def get_prompt_messages(self, state: Any) -> Any:
+            full = await super().get_prompt_messages(state)
+            return full[-1:] if state["trajectory"] else full
+
+    hub = LastTurnOnly(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]), max_turns=3,
+                       rubric=vf.Rubric(funcs=[lambda completion, **kwargs: 0.0]))
+    env = VerifiersEnv(hub)
+    env.reset(seed=0)
+    with pytest.raises(NotImplementedError, match="rewrote the conversation"):
+        env.step("a")
+    env.close()
+
+
 def test_an_empty_reply_is_invalid_and_the_eval_split_plays_the_eval_rows() -> None:
     env = VerifiersEnv(math_env())
     observation, _ = env.reset(seed=0)

@@ -28,12 +28,14 @@ conventions map:
   beyond the conversation); ``state_key_fn`` overrides it.
 
 Rubrics with group-level reward functions (which score K rollouts together) have no per-episode
-reward and are refused.
+reward and are refused; so is an environment that rewrites the conversation between turns (its own
+``get_prompt_messages``), since milegpo's chat prompt grows by one turn per step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -70,9 +72,10 @@ def message_role(message: Any) -> str:
     return str(message.get("role") if isinstance(message, Mapping) else message.role)
 
 
-def _make_policy_client(vf: Any) -> Any:
+@functools.cache
+def _policy_client_class(vf: Any) -> type:
     """The verifiers ``Client`` subclass through which verifiers' rollout asks milegpo's policy (defined
-    on first use: its base class is verifiers')."""
+    here, on first use: its base class is verifiers')."""
 
     class _PolicyClient(vf.Client):
         """A verifiers model client whose "model" is milegpo's policy: each request publishes the prompt
@@ -81,7 +84,7 @@ def _make_policy_client(vf: Any) -> Any:
         def __init__(self) -> None:
             super().__init__(None)
             self.asked: asyncio.Future[list[Any]] | None = None
-            self.reply: asyncio.Future[str] | None = None
+            self.reply: asyncio.Future[Any] | None = None  # the verifiers Response of the policy's reply
 
         def setup_client(self, config: Any) -> None:
             return None
@@ -110,7 +113,7 @@ def _make_policy_client(vf: Any) -> Any:
         async def close(self) -> None:
             return None
 
-    return _PolicyClient()
+    return _PolicyClient
 
 
 class VerifiersEnv(HubEnv):
@@ -130,20 +133,20 @@ class VerifiersEnv(HubEnv):
                  max_episode_steps: int = 50, render_mode: str | None = None):
         vf = import_verifiers()
         self.hub: Any = load_verifiers_environment(environment, environment_kwargs)
+        self.environment_id = environment if isinstance(environment, str) else type(environment).__name__
         if self.hub.rubric.has_group_rewards:
-            raise ValueError(f"the verifiers environment {environment!r} has group-level reward functions (they "
-                             "score K rollouts together); an episode needs a reward of its own")
+            raise ValueError(f"the verifiers environment {self.environment_id!r} has group-level reward functions "
+                             "(they score K rollouts together); an episode needs a reward of its own")
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         threshold = float(self.hub.pass_threshold) if success_reward is None else float(success_reward)
         super().__init__(threshold, commands, state_key_fn, invalid_action_penalty, max_episode_steps, render_mode)
-        self.environment_id = environment if isinstance(environment, str) else type(environment).__name__
         self.dataset = self.hub.get_dataset() if split == "train" else self.hub.get_eval_dataset()
         if len(self.dataset) == 0:
             raise ValueError(f"the verifiers environment {self.environment_id!r} has an empty {split} dataset")
         self._vf = vf
         self._loop = asyncio.new_event_loop()
-        self._client = _make_policy_client(vf)
+        self._client = _policy_client_class(vf)()
         self._rollout: asyncio.Task[Any] | None = None
         self._prompt: list[Any] = []
         self._turn = 0
@@ -204,11 +207,15 @@ class VerifiersEnv(HubEnv):
             id=f"milegpo-{self.row_index}-{self._turn}", created=int(time.time()), model=MODEL_NAME,
             message=self._reply_message(action)))
         self._turn += 1
-        seen = len(self._prompt) + 1  # the prompt verifiers sent, then the reply
+        previous = self._prompt
         prompt = self._advance()
         if prompt is not None:
+            if [message_text(m) for m in prompt[:len(previous)]] != [message_text(m) for m in previous]:
+                raise NotImplementedError(f"the verifiers environment {self.environment_id!r} rewrote the "
+                                          "conversation (its own get_prompt_messages): milegpo's chat prompt "
+                                          "grows by one turn per step")
             self._prompt = prompt
-            return self._joined(prompt[seen:]), 0.0, False, {}
+            return self._joined(prompt[len(previous) + 1:]), 0.0, False, {}  # after the sent prompt and the reply
         state = self.final_state
         final = state.get("final_env_response") or []
         reward = float(state.get("reward") or 0.0)
