@@ -27,6 +27,43 @@ Each method's advantages are scored on them, over the tasks with at least one su
   task unwinnable or set it back 3 or more steps, minus that of the other steps
   taken from the same states.
 
+**Two regimes** (``--state-key``, one or both). Every step is played once and its state read
+under two keys: ``env``, the env's own key (:meth:`TextEnv.state_key`, this library's default:
+House's and ALFWorld's world state, WebShop's page with its chosen options), and
+``observation``, the observation text exactly as the MileGPO paper's and verl-agent's code group
+steps (:meth:`TextEnv.anchor_observation`, what an env made with ``state_key="observation"``
+puts in ``info``; WebShop in verl-agent's anchor format). The credit methods group steps by the
+chosen key; the truth does not change with it: the same-state pairs, ``d*`` and the trap steps
+are always the true state's (the env's own key and the tracker), so both regimes are scored
+against the same truth on the same rollouts. In the ``observation`` regime a text printed by
+several true states merges them (one node for the graph methods) and a true state printed with
+several texts is split; the key statistics report both (``merged_steps``: share of the scored
+steps whose key covers two or more true states of the task; ``split_steps``: whose true state
+has two or more keys).
+
+**Breakdown: where MileGPO departs from GraphGPO, and whether toward the truth.** Each component
+is measured as the difference between two credits, the variant with it and the same variant
+without it (:data:`COMPONENTS`): MileGPO against GraphGPO (all components), against MileGPO with
+``w_plus=0`` (milestone bonus), ``traps=False`` (trap penalty), ``pcc=False`` (PCC); and RCS as
+MileGPO without PCC against MileGPO with uniform milestone detection (``rcs=False``; PCC
+re-scores RCS's scores, so it is off on both sides). A same-state pair's score under a credit is
+1 if the credit orders its two steps as the true progress does, 0.5 on a tie, 0 the wrong way
+(pairwise accuracy is their mean). A pair is *changed* by the component when the two credits'
+scores differ (the order flips, or a tie is made or broken), *toward* the truth when the
+credit with the component scores it higher, *away* otherwise; ``net`` sums the score
+differences, so ``net / pairs`` over all pairs is exactly the component's change of pairwise
+accuracy, and it splits over the pair types. Each pair gets the first type that applies:
+
+* **trap**: one of its two steps is a trap step (above: the task becomes unwinnable, or is set
+  back 3 or more steps);
+* **branching point**: one step is of a successful rollout and the other of a failed one (the
+  state where the group's actions, and outcomes, part);
+* **successful path**: a successful rollout of the task visited the (true) state;
+* **off path**: the state only failed rollouts visited.
+
+The tables give per component, regime and type the share of the changed pairs moved toward the
+truth, how many changed (summed over seeds) and ``net / pairs``.
+
 **Paper statistics** (MileGPO's Figures 4 and 9; ``credit/diagnostics.py``): the
 share of transitions leaving a state two trajectories visit, the share of
 same-source, distinct-action pairs GraphGPO ties, the share of those MileGPO
@@ -46,6 +83,12 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
         --out benchmarks/results/credit_quality_mixture_e50             # structured groups
     python benchmarks/credit_quality.py --warm-start \
         --out benchmarks/results/credit_quality_warm_start              # the warm-started learner's groups
+    # both regimes, random and warm-started groups, in one file (the committed run's --tasks: see
+    # its results' per-env ``tasks``; runs with other groups or envs may write it at the same time):
+    python benchmarks/credit_quality.py --state-key env observation --out benchmarks/results/credit_quality_regimes
+    python benchmarks/credit_quality.py --state-key env observation --warm-start --tasks 40 \
+        --out benchmarks/results/credit_quality_regimes
+    python benchmarks/credit_quality.py --tables-only --out benchmarks/results/credit_quality_regimes
 """
 
 from __future__ import annotations
