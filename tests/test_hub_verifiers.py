@@ -197,8 +197,8 @@ def test_a_tool_environment_through_a_real_chat_template_and_tool_call_parser() 
 
 
 def test_a_group_shares_its_dataset_row_and_the_id_resolves() -> None:
-    # in worker processes: each copy runs verifiers' rollout on its own event loop there
-    venv = make_vec_env(f"verifiers:{GUESS}", n_tasks=2, group_size=3, seed=0, subprocess=True, n_workers=2)
+    # in a worker process: each copy runs verifiers' rollout on its own event loop there
+    venv = make_vec_env(f"verifiers:{GUESS}", n_tasks=2, group_size=3, seed=0, subprocess=True, n_workers=1)
     venv.reset()
     rows = venv.get_attr("row_index")
     assert rows[0] == rows[1] == rows[2] and rows[3] == rows[4] == rows[5]
