@@ -10,7 +10,8 @@ Two kinds of batch, each ``tasks x group`` trajectories of up to ``horizon`` ste
   searches whose cost grows with graph depth).
 
 Reports per method the median wall time and process CPU time of ``--repeats`` runs (one
-warm-up first), microseconds per step, the peak memory the call allocates (tracemalloc,
+warm-up first; the methods' calls interleaved round by round, so that the load of the shared
+machine hits them alike), microseconds per step, the peak memory the call allocates (tracemalloc,
 a separate run), and the log-log slope of time against steps. Also the graph build on
 ``distinct`` batches at horizon 50 vs 200 (16 x 8 trajectories). With ``--verl-agent
 PATH`` (a checkout of verl-agent, not part of this project) it times verl-agent's GiGPO
@@ -128,6 +129,25 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
     return float(np.median(wall)), float(np.median(cpu))
 
 
+def timed_interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, float]]:
+    """:func:`timed` of every function, the calls interleaved: one warm-up each, then ``repeats`` rounds
+    that call each function once (the order rotated every round), so a change of load on the shared
+    machine hits every function alike. Median (wall, process CPU) seconds by name."""
+    for fn in fns.values():
+        fn()
+    names = list(fns)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            gc.collect()
+            w, c = time.perf_counter(), time.process_time()
+            fns[name]()
+            wall[name].append(time.perf_counter() - w)
+            cpu[name].append(time.process_time() - c)
+    return {name: (float(np.median(wall[name])), float(np.median(cpu[name]))) for name in names}
+
+
 def peak_mb(fn: Callable[[], object]) -> float:
     gc.collect()
     tracemalloc.start()
@@ -194,11 +214,14 @@ def main() -> None:
             repeats = args.repeats if batch.num_steps < 200_000 else max(1, args.repeats // 2)
             entry: dict[str, object] = {"kind": kind, "tasks": tasks, "group": group, "horizon": horizon,
                                         "steps": batch.num_steps, "methods": {}}
-            build = timed(lambda b=batch: build_task_graph(b), repeats)
+            calls: dict[str, Callable[[], object]] = {"graph_build": lambda b=batch: build_task_graph(b)}
+            calls.update({method: (lambda m=method, b=batch: compute_credit(m, b)) for method in CREDIT_METHODS})
+            times = timed_interleaved(calls, repeats)
             graph = build_task_graph(batch)
-            entry.update(nodes=graph.num_nodes, edges=graph.num_edges, graph_build_s=build[0])
+            entry.update(nodes=graph.num_nodes, edges=graph.num_edges, graph_build_s=times["graph_build"][0],
+                         graph_build_cpu_s=times["graph_build"][1])
             for method in CREDIT_METHODS:
-                wall, cpu = timed(lambda m=method, b=batch: compute_credit(m, b), repeats)
+                wall, cpu = times[method]
                 entry["methods"][method] = {  # type: ignore[index]
                     "wall_s": wall, "cpu_s": cpu, "us_per_step": 1e6 * wall / batch.num_steps,
                     "peak_mb": peak_mb(lambda m=method, b=batch: compute_credit(m, b))}
@@ -273,17 +296,21 @@ def diagnostics_by_group(repeats: int) -> list[dict[str, object]]:
     for group in DIAGNOSTIC_GROUPS:
         tasks = max(1, 256 // group)
         entry: dict[str, object] = {"group": group, "tasks": tasks}
-        for actions in ("repeated", "distinct"):
-            batch = house_batch(tasks, group, 64, distinct=False, seed=3, actions=actions)
-            wall, cpu = timed(lambda b=batch: compute_credit("milegpo", b), repeats)
+        batches = {actions: house_batch(tasks, group, 64, distinct=False, seed=3, actions=actions)
+                   for actions in ("repeated", "distinct")}
+        times = timed_interleaved({actions: (lambda b=batch: compute_credit("milegpo", b))
+                                   for actions, batch in batches.items()}, repeats)
+        for actions, batch in batches.items():
+            wall, cpu = times[actions]
             entry["steps"] = batch.num_steps
             entry[actions] = {"wall_s": wall, "cpu_s": cpu, "us_per_step": 1e6 * wall / batch.num_steps,
+                              "cpu_us_per_step": 1e6 * cpu / batch.num_steps,
                               "same_source_pairs": compute_credit("milegpo", batch).diagnostics["same_source_pairs"]}
-        entry["distinct_over_repeated"] = (entry["distinct"]["wall_s"]  # type: ignore[index]
-                                           / entry["repeated"]["wall_s"])  # type: ignore[index]
+        entry["distinct_over_repeated"] = (entry["distinct"]["cpu_s"]  # type: ignore[index]
+                                           / entry["repeated"]["cpu_s"])  # type: ignore[index]
         rows.append(entry)
         print(f"diagnostics, group {group}: " + ", ".join(
-            f"{a} {entry[a]['us_per_step']:.2f} us/step" for a in ("repeated", "distinct")), flush=True)  # type: ignore[index]
+            f"{a} {entry[a]['cpu_us_per_step']:.2f} CPU us/step" for a in ("repeated", "distinct")), flush=True)  # type: ignore[index]
     return rows
 
 
@@ -302,17 +329,24 @@ def rank_gather_cost(repeats: int) -> dict[str, float]:
             "merge_s_per_rank": merge_s}
 
 
+def cpu_us(entry: dict[str, float], steps: int) -> float:
+    """Process CPU µs per step of a timed entry."""
+    return 1e6 * entry["cpu_s"] / steps
+
+
 def markdown(result: dict[str, object]) -> str:
     lines = ["### Credit assignment: time per step from ~1k to ~1M steps", "",
-             f"Median of {result['repeats']} calls (fewer above 200k steps) on {result['machine']['cpus']} cores "  # type: ignore[index]
-             f"(1-min load at start {result['machine']['load_1min_at_start']:.2f}). "  # type: ignore[index]
-             "µs per step, and peak MB allocated.",
+             f"Median of {result['repeats']} calls (fewer above 200k steps; the methods interleaved) on "
+             f"{result['machine']['cpus']} cores (1-min load at start {result['machine']['load_1min_at_start']:.2f}, "  # type: ignore[index]
+             f"at end {result['machine'].get('load_1min_at_end', float('nan')):.2f}). "  # type: ignore[index,union-attr]
+             "Process CPU µs per step (the machine is shared: wall times, in the JSON, carry the other "
+             "jobs' load), and peak MB allocated.",
              "", "| batch | steps | nodes | " + " | ".join(CREDIT_METHODS) + " | peak MB (milegpo) |",
              "|---|---:|---:|" + "---:|" * len(CREDIT_METHODS) + "---:|"]
     for r in result["runs"]:  # type: ignore[attr-defined]
         m = r["methods"]
         lines.append(f"| {r['kind']} {r['tasks']}x{r['group']}x{r['horizon']} | {r['steps']:,} | {r['nodes']:,} | "
-                     + " | ".join(f"{m[k]['us_per_step']:.2f}" for k in CREDIT_METHODS)
+                     + " | ".join(f"{1e6 * m[k]['cpu_s'] / r['steps']:.2f}" for k in CREDIT_METHODS)
                      + f" | {m['milegpo']['peak_mb']:.0f} |")
     for kind, s in (result.get("loglog_slope") or {}).items():  # type: ignore[union-attr]
         lines += ["", f"log-log slope, {kind}: " + ", ".join(f"{k} {v:.3f}" for k, v in s.items())]
@@ -327,13 +361,13 @@ def markdown(result: dict[str, object]) -> str:
             for r in big)]
     groups = result.get("diagnostics_by_group")
     if groups:
-        lines += ["", "MileGPO (its tie diagnostics included) by group size, ~16k steps, house walks; µs per step "
-                  "when action texts repeat and when every one differs (free text):", "",
+        lines += ["", "MileGPO (its tie diagnostics included) by group size, ~16k steps, house walks; process CPU "
+                  "µs per step when action texts repeat and when every one differs (free text), interleaved:", "",
                   "| group | steps | repeated | distinct | distinct / repeated | pairs (distinct) |",
                   "|---:|---:|---:|---:|---:|---:|"]
         for g in groups:  # type: ignore[attr-defined]
-            lines.append(f"| {g['group']} | {g['steps']:,} | {g['repeated']['us_per_step']:.2f} | "
-                         f"{g['distinct']['us_per_step']:.2f} | {g['distinct_over_repeated']:.2f}x | "
+            lines.append(f"| {g['group']} | {g['steps']:,} | {cpu_us(g['repeated'], g['steps']):.2f} | "
+                         f"{cpu_us(g['distinct'], g['steps']):.2f} | {g['distinct_over_repeated']:.2f}x | "
                          f"{g['distinct']['same_source_pairs']:,} |")
     ref = [r for r in result["runs"] if "verl_agent_gigpo" in r]  # type: ignore[attr-defined]
     if ref:
