@@ -119,9 +119,16 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+ROW_TOOL = {"name": "add", "description": "Add two integers (this row's own description).",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                           "required": ["a", "b"]}}
+
+
 def tool_env() -> Any:
-    """A verifiers ``ToolEnv`` with one Python tool; the answer is the final message."""
-    rows = [{"question": "Use the add tool: what is 17 + 25?", "answer": "42"}]
+    """A verifiers ``ToolEnv`` with one Python tool; the answer is the final message. Its second row
+    declares the tool itself (``info["tool_defs"]``)."""
+    rows = [{"question": "Use the add tool: what is 17 + 25?", "answer": "42", "info": {}},
+            {"question": "Use the add tool: what is 1 + 2?", "answer": "3", "info": {"tool_defs": [ROW_TOOL]}}]
 
     def answered(completion: Any, answer: str, **kwargs: Any) -> float:
         return 1.0 if (completion[-1].content or "").strip() == answer else 0.0
@@ -161,6 +168,10 @@ def test_a_tool_environment_is_played_with_tool_calls() -> None:
     (tool,) = info["tools"]
     assert info["action_format"] == "tools" and info["observation_role"] == "tool"
     assert tool["function"]["name"] == "add" and set(tool["function"]["parameters"]["required"]) == {"a", "b"}
+    assert tool["function"]["description"].startswith("Add two integers.")
+    _, info = env.reset(seed=1)
+    assert info["tools"] == [{"type": "function", "function": ROW_TOOL}]  # what verifiers offers for this row
+    env.reset(seed=0)
     call = [{"name": "add", "arguments": {"a": 17, "b": 25}}]
     observation, reward, terminated, _, _ = env.step(tool_calls_action(call))
     assert observation == "42" and reward == 0.0 and not terminated

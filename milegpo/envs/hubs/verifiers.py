@@ -21,9 +21,10 @@ conventions map:
   ``pass_threshold`` (verifiers' pass threshold, 0.5 by default), unless ``success_reward`` is given.
 * **Actions.** The whole reply (``action_format="message"``), which becomes the assistant message.
   An environment with tools (``tool_defs``, e.g. a ``ToolEnv``) is played with tool calls
-  (:class:`VerifiersToolEnv`, ``action_format="tools"``): its tools are declared to the chat template,
-  parsed calls become the assistant message's ``tool_calls``, a reply without a call is a plain
-  message (verifiers ends a ``ToolEnv`` rollout on it: the final answer).
+  (:class:`VerifiersToolEnv`, ``action_format="tools"``; name it yourself for an environment whose
+  rows alone declare tools, ``info["tool_defs"]``): the tools verifiers offers with each request are
+  declared to the chat template, parsed calls become the assistant message's ``tool_calls``, a reply
+  without a call is a plain message (verifiers ends a ``ToolEnv`` rollout on it: the final answer).
 * **State key.** The turn number and the normalised observation (verifiers keeps no state of its own
   beyond the conversation); ``state_key_fn`` overrides it.
 
@@ -85,6 +86,7 @@ def _policy_client_class(vf: Any) -> type:
             super().__init__(None)
             self.asked: asyncio.Future[list[Any]] | None = None
             self.reply: asyncio.Future[Any] | None = None  # the verifiers Response of the policy's reply
+            self.tools: list[Any] = []  # the tools (vf.Tool) verifiers offers with the current request
 
         def setup_client(self, config: Any) -> None:
             return None
@@ -101,6 +103,7 @@ def _policy_client_class(vf: Any) -> type:
             self.reply = loop.create_future()
             if self.asked is None or self.asked.done():
                 raise RuntimeError("verifiers asked for a reply the adapter did not wait for")
+            self.tools = list(tools or [])
             self.asked.set_result(list(prompt))
             return await self.reply
 
@@ -241,13 +244,16 @@ class VerifiersEnv(HubEnv):
 
 
 class VerifiersToolEnv(VerifiersEnv, ToolEnv):
-    """A verifiers environment with tools (``tool_defs``, e.g. a ``ToolEnv``), played with tool calls
-    (see the module docstring). Any non-empty reply is an action: its parsed calls become the assistant
-    message's ``tool_calls`` (verifiers runs them and answers with ``tool`` messages, an unknown function
-    included), a reply without a call is the final answer."""
+    """A verifiers environment with tools (``tool_defs``, e.g. a ``ToolEnv``; or rows with their own
+    ``info["tool_defs"]``), played with tool calls (see the module docstring). Any non-empty reply is
+    an action: its parsed calls become the assistant message's ``tool_calls`` (verifiers runs them and
+    answers with ``tool`` messages, an unknown function included), a reply without a call is the
+    final answer."""
 
     def tools(self) -> list[dict[str, Any]]:
-        defs = self.hub.tool_defs or []
+        """The tools verifiers offers with its current request (a row's own ``info["tool_defs"]``, else the
+        environment's), as chat-template JSON schemas."""
+        defs = self._client.tools or self.hub.tool_defs or []
         return [{"type": "function", "function": {"name": tool.name, "description": tool.description,
                                                   "parameters": dict(tool.parameters)}} for tool in defs]
 
