@@ -36,10 +36,11 @@ reward and are refused; so is an environment that rewrites the conversation betw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from milegpo.envs.core import normalize_text
@@ -55,6 +56,21 @@ MODEL_NAME = "milegpo-policy"
 def import_verifiers() -> Any:
     """``verifiers``, or an ImportError naming the install command."""
     return import_hub("verifiers", INSTALL_HINT)
+
+
+@contextlib.contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """Without ``datasets``' progress bars: verifiers formats its data set with ``Dataset.map`` in every
+    copy of the env (one bar per worker and copy otherwise); the previous setting is restored."""
+    import datasets
+
+    disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not disabled:
+            datasets.enable_progress_bars()
 
 
 def message_text(message: Any) -> str:
@@ -135,7 +151,8 @@ class VerifiersEnv(HubEnv):
                  state_key_fn: Callable[[Any], str] | None = None, invalid_action_penalty: float = 0.0,
                  max_episode_steps: int = 50, render_mode: str | None = None):
         vf = import_verifiers()
-        self.hub: Any = load_verifiers_environment(environment, environment_kwargs)
+        with quiet_datasets():
+            self.hub: Any = load_verifiers_environment(environment, environment_kwargs)
         self.environment_id = environment if isinstance(environment, str) else type(environment).__name__
         if self.hub.rubric.has_group_rewards:
             raise ValueError(f"the verifiers environment {self.environment_id!r} has group-level reward functions "
@@ -144,7 +161,8 @@ class VerifiersEnv(HubEnv):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         threshold = float(self.hub.pass_threshold) if success_reward is None else float(success_reward)
         super().__init__(threshold, commands, state_key_fn, invalid_action_penalty, max_episode_steps, render_mode)
-        self.dataset = self.hub.get_dataset() if split == "train" else self.hub.get_eval_dataset()
+        with quiet_datasets():
+            self.dataset = self.hub.get_dataset() if split == "train" else self.hub.get_eval_dataset()
         if len(self.dataset) == 0:
             raise ValueError(f"the verifiers environment {self.environment_id!r} has an empty {split} dataset")
         self._vf = vf
@@ -286,7 +304,8 @@ def make_verifiers_env(environment: str | Any, environment_kwargs: Mapping[str, 
                        **kwargs: Any) -> HubEnv:
     """The adapter a verifiers environment needs: :class:`VerifiersToolEnv` when it declares tools
     (``tool_defs``), else :class:`VerifiersEnv`. The entry point of ``verifiers:`` env ids."""
-    hub = load_verifiers_environment(environment, environment_kwargs)
+    with quiet_datasets():
+        hub = load_verifiers_environment(environment, environment_kwargs)
     adapter = VerifiersToolEnv if hub.tool_defs else VerifiersEnv
     env = adapter(hub, **kwargs)
     env.environment_id = environment if isinstance(environment, str) else env.environment_id
