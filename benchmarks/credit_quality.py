@@ -575,16 +575,32 @@ def write_tables(data: dict, path: Path) -> None:
     path.write_text("\n".join(lines))
 
 
-def save_env(out: Path, label: str, run: dict, env_name: str, entry: dict) -> dict:
-    """Files ``entry`` as ``env_name`` of run ``label`` in ``OUT.json`` (re-read under a lock, so
-    runs of other groups writing the same file concurrently are kept) and rewrites ``OUT.md``."""
+def env_entry(per_seed: list[dict], state_keys: list[str]) -> dict:
+    """An env's results from its seeds' rows: the per-seed rows, their means and each regime's summary."""
+    per_seed = sorted(per_seed, key=lambda r: r["seed"])
+    return {"tasks": per_seed[0]["tasks"], "group_size": per_seed[0]["group_size"],
+            "seeds": [r["seed"] for r in per_seed],
+            "success_rate": float(np.mean([r["success_rate"] for r in per_seed])),
+            "pairs": float(np.mean([r["pairs"] for r in per_seed])),
+            "wall_s": float(sum(r["wall_s"] for r in per_seed)),
+            "regimes": {state_key: summarize(per_seed, state_key) for state_key in state_keys},
+            "per_seed": per_seed}
+
+
+def save_seed(out: Path, label: str, run: dict, env_name: str, row: dict) -> dict:
+    """Files one seed's ``row`` under ``env_name`` of run ``label`` in ``OUT.json`` and rewrites
+    ``OUT.md``. The file is re-read under a lock, so processes running other groups, envs or seeds
+    into the same file at the same time are kept; a stored row of the same seed is replaced, and
+    rows of another number of tasks or group size (an earlier setting) are dropped."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         path = out.with_suffix(".json")
         data = as_runs(json.loads(path.read_text())) if path.exists() else {"runs": {}}
-        stored = data["runs"].setdefault(label, {**run, "envs": {}})
-        data["runs"][label] = {**run, "envs": {**stored["envs"], env_name: entry}}
+        envs = data["runs"].get(label, {}).get("envs", {})
+        rows = [r for r in envs.get(env_name, {}).get("per_seed", [])
+                if r["seed"] != row["seed"] and (r["tasks"], r.get("group_size")) == (row["tasks"], row["group_size"])]
+        data["runs"][label] = {**run, "envs": {**envs, env_name: env_entry([*rows, row], run["state_keys"])}}
         path.write_text(json.dumps(data, indent=2) + "\n")
         write_tables(data, out.with_suffix(".md"))
     return data
@@ -629,22 +645,17 @@ def main() -> None:
     label = run_label(args.warm_start, args.epsilon)
     workdir = tempfile.TemporaryDirectory(prefix="credit_quality_")  # the warm starts' tiny LMs
     for env_name in args.envs:
-        started, per_seed = time.time(), []
         for seed in args.seeds:
+            started = time.time()
             if args.warm_start:
                 actor = policy_actor(warm_started_policy(env_name, seed, Path(workdir.name)))
             else:
                 actor = mixture_actor(args.epsilon) if args.epsilon < 1.0 else random_actor
             row = score_env(env_name, args.tasks, args.group_size, seed, actor, state_keys)
-            per_seed.append(row)
+            row.update(group_size=args.group_size, wall_s=time.time() - started)
+            save_seed(out, label, run, env_name, row)
             print(f"{label} {env_name} seed {seed}: {row['tasks_with_success']}/{row['tasks']} tasks with a success, "
-                  f"{row['pairs']} same-state pairs, {time.time() - started:.0f} s", flush=True)
-        entry = {"tasks": per_seed[0]["tasks"], "group_size": args.group_size, "seeds": args.seeds,
-                 "success_rate": float(np.mean([r["success_rate"] for r in per_seed])),
-                 "pairs": float(np.mean([r["pairs"] for r in per_seed])), "wall_s": time.time() - started,
-                 "regimes": {state_key: summarize(per_seed, state_key) for state_key in state_keys},
-                 "per_seed": per_seed}
-        save_env(out, label, run, env_name, entry)
+                  f"{row['pairs']} same-state pairs, {row['wall_s']:.0f} s", flush=True)
     workdir.cleanup()
     print(out.with_suffix(".md").read_text())
 

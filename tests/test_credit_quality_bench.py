@@ -87,29 +87,30 @@ def test_departures_count_and_add_up_by_hand():
     assert out["all"]["net"] / out["all"]["pairs"] == pytest.approx(difference)
 
 
-def test_runs_of_both_groups_share_one_results_file(tmp_path):
-    """Two runs (random and warm-start groups) file their envs into one OUT.json; the Markdown
-    has the MileGPO − GraphGPO table for both regimes and the breakdown."""
+def test_runs_of_both_groups_and_their_seeds_share_one_results_file(tmp_path):
+    """Seeds filed one at a time, by runs of random and warm-start groups, end up in one OUT.json
+    (a seed filed again replaces its row); the Markdown has the MileGPO − GraphGPO table of both
+    regimes and the breakdown for each run."""
     out = tmp_path / "regimes"
-    per_seed = [credit_quality.score_env("house", n_tasks=20, group_size=8, seed=s, state_keys=("env", "observation"))
-                for s in (0, 1)]
-    entry = {"tasks": 20, "group_size": 8, "seeds": [0, 1], "success_rate": 0.0,
-             "pairs": float(np.mean([r["pairs"] for r in per_seed])), "wall_s": 0.0, "per_seed": per_seed,
-             "regimes": {k: credit_quality.summarize(per_seed, k) for k in ("env", "observation")}}
+    rows = [{**credit_quality.score_env("house", n_tasks=20, group_size=8, seed=s, state_keys=("env", "observation")),
+             "group_size": 8, "wall_s": 1.0} for s in (1, 0)]
     for label, groups in (("random", "random-policy groups"), ("warm_start", "warm groups")):
         run = {"groups": groups, "policy": "p", "epsilon": 1.0, "warm_start": label == "warm_start",
                "group_size": 8, "state_keys": ["env", "observation"]}
-        credit_quality.save_env(out, label, run, "house", entry)
+        for row in (*rows, rows[0]):
+            credit_quality.save_seed(out, label, run, "house", row)
     data = json.loads(out.with_suffix(".json").read_text())
     assert set(data["runs"]) == {"random", "warm_start"}
+    entry = data["runs"]["random"]["envs"]["house"]
+    assert entry["seeds"] == [0, 1] and entry["wall_s"] == 2.0
     text = out.with_suffix(".md").read_text()
     assert text.count("### MileGPO − GraphGPO") == 2
     assert "| house | observation |" in text and "| trap penalty | observation |" in text
-    summary = data["runs"]["random"]["envs"]["house"]["regimes"]["observation"]
+    summary = entry["regimes"]["observation"]
     low, high = summary["methods"]["MileGPO"]["pairwise_accuracy"]["vs_graphgpo_ci95"]
     assert low <= summary["methods"]["MileGPO"]["pairwise_accuracy"]["vs_graphgpo_mean"] <= high
     total = summary["breakdown"]["PCC"]["all"]
-    assert total["pairs"] == sum(r["pairs"] for r in per_seed)
+    assert total["pairs"] == sum(r["pairs"] for r in rows)
     assert total["changed"] == total["toward"] + total["away"]
 
 
