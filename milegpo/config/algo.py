@@ -48,7 +48,9 @@ class AlgoConfig:
         ``async`` (which needs it to be reproducible), off for ``lockstep``.
     :param max_staleness: 0 (exactly on-policy: every rollout is sampled by the current weights) or 1
         (the next iteration's rollout is sampled while this iteration's update runs, by the weights one
-        update behind; its recorded log-probs are the ratio's old log-probs).
+        update behind; its recorded log-probs are the ratio's old log-probs; ``rollout/policy_lag`` is
+        logged). 1 keeps a second copy of the adapter, needs the HF sampler and one process, and a
+        checkpoint saved with a rollout in flight keeps that rollout's adapter (:mod:`milegpo.algos.staleness`).
     """
 
     method: str = "milegpo"
