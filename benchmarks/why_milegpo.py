@@ -1,0 +1,156 @@
+"""Where MileGPO stands against GraphGPO, per env, state-key regime and metric: the "Why MileGPO" summary.
+
+MileGPO is GraphGPO plus a shaping term (milestones and traps); the question a user asks is
+where that term pays. This script reads the committed results and writes the answer, so no
+number in the summary is typed by hand:
+
+* learning (``learning_efficiency*.json``): MileGPO minus GraphGPO per seed (paired, same
+  initial weights and task draws), mean and 95 % t interval, for each env's area under the
+  held-out success curve and final held-out success (and WebShop's score);
+* credit quality (``credit_quality_regimes.json``): MileGPO minus GraphGPO pairwise accuracy
+  and weighted agreement against the ground truth, both regimes.
+
+A difference is **ahead** when its 95 % interval lies above zero, **behind** when below, and
+**level** otherwise; with fewer than 3 seeds (e.g. WebShop's random groups, where few seeds
+have a success) it is not judged. The two regimes are the envs'
+own state keys (this library's default: the true state, collision-free) and the paper's
+(``state_key="observation"``: the observation text, as the paper's and verl-agent's code).
+
+Outputs: ``benchmarks/results/why_milegpo.md`` (the table; the docs' home page includes it) and
+the block of README.md between the ``why-milegpo`` markers (a two-line summary).
+
+    python benchmarks/why_milegpo.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+README = ROOT.parent / "README.md"
+MARK_START, MARK_END = "<!-- why-milegpo:start -->", "<!-- why-milegpo:end -->"
+
+#: learning results: (file stem, regime, how every run starts)
+LEARNING_SOURCES = [
+    ("learning_efficiency", "env keys", "random init"),
+    ("learning_efficiency_paper_envs", "env keys", "random init"),
+    ("learning_efficiency_warm_start", "env keys", "warm start"),
+    ("learning_efficiency_paper_keys", "paper keys", "random init"),
+    ("learning_efficiency_paper_keys_warm_start", "paper keys", "warm start"),
+]
+#: the learning metrics shown (the first a table has of each family), with their label
+LEARNING_METRICS = {"auc": "success AUC", "final eval_id": "final success", "final eval": "final success",
+                    "auc score": "score AUC"}
+CREDIT_SOURCE = "credit_quality_regimes"
+#: the credit benchmark's regime names, as this table says them
+REGIME_NAMES = {"env": "env keys", "observation": "paper keys"}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One MileGPO − GraphGPO difference."""
+
+    env: str
+    regime: str
+    start: str
+    kind: str  # "learning" or "credit"
+    metric: str
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def verdict(self) -> str:
+        if self.n < 3 or not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return "too few seeds"
+        return "ahead" if self.low > 0 else "behind" if self.high < 0 else "level"
+
+
+def learning_comparisons() -> list[Comparison]:
+    rows = []
+    for stem, regime, start in LEARNING_SOURCES:
+        path = RESULTS / f"{stem}.json"
+        if not path.exists():
+            raise SystemExit(f"{path} is missing: run benchmarks/learning_efficiency.py with --out "
+                             f"benchmarks/results/{stem} first (its docstring has the command)")
+        table = json.loads(path.read_text())["table"]
+        for env, entry in table.items():
+            diffs = entry["milegpo_minus"].get("graphgpo")
+            if diffs is None:
+                continue
+            for metric, label in LEARNING_METRICS.items():
+                if metric in diffs:
+                    d = diffs[metric]
+                    rows.append(Comparison(env, regime, start, "learning", label, d["mean"], d["ci95"][0],
+                                           d["ci95"][1], d["n"]))
+    return rows
+
+
+def credit_comparisons() -> list[Comparison]:
+    """MileGPO − GraphGPO pairwise accuracy and weighted agreement from ``credit_quality_regimes.json``
+    (``benchmarks/credit_quality.py --state-key env observation``), per group kind, env and regime."""
+    path = RESULTS / f"{CREDIT_SOURCE}.json"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run benchmarks/credit_quality.py --state-key env observation first")
+    rows = []
+    for run in json.loads(path.read_text())["runs"].values():
+        start = "warm start" if run["warm_start"] else "random policy"
+        for env, entry in run["envs"].items():
+            for regime, result in entry["regimes"].items():
+                milegpo = result["methods"]["MileGPO"]
+                for metric in ("pairwise_accuracy", "weighted_agreement"):
+                    low, high = milegpo[metric]["vs_graphgpo_ci95"]
+                    rows.append(Comparison(env, REGIME_NAMES[regime], start, "credit", metric.replace("_", " "),
+                                           milegpo[metric]["vs_graphgpo_mean"], low, high, len(entry["seeds"])))
+    return rows
+
+
+def table(rows: list[Comparison]) -> str:
+    lines = ["| env | state keys | start | measure | MileGPO − GraphGPO [95% CI] | seeds | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.env, r.regime, r.start, r.kind, r.metric)):
+        verdict = {"ahead": "**ahead**", "behind": "*behind*"}.get(r.verdict, r.verdict)
+        interval = f"[{r.low:+.3f}, {r.high:+.3f}]" if math.isfinite(r.low) else "(one seed)"
+        lines.append(f"| {r.env} | {r.regime} | {r.start} | {r.kind}: {r.metric} | {r.mean:+.3f} {interval} "
+                     f"| {r.n} | {verdict} |")
+    return "\n".join(lines)
+
+
+def summary(rows: list[Comparison]) -> str:
+    """Two lines for the README: the counts, and where MileGPO is ahead or behind."""
+    counts = {v: sum(r.verdict == v for r in rows) for v in ("ahead", "level", "behind")}
+    judged = sum(counts.values())
+
+    def where(verdict: str) -> str:
+        cases = sorted({f"{r.env} ({r.regime}, {r.kind}: {r.metric})" for r in rows if r.verdict == verdict})
+        return "; ".join(cases) if cases else "nowhere"
+
+    return (f"Against GraphGPO on this project's CPU benchmarks (95 % intervals over seeds), MileGPO is ahead "
+            f"in {counts['ahead']}, level in {counts['level']} and behind in {counts['behind']} of {judged} "
+            f"comparisons with 3 or more seeds. Ahead: {where('ahead')}. Behind: {where('behind')}.")
+
+
+def write_readme_block(text: str) -> None:
+    readme = README.read_text()
+    start, end = readme.find(MARK_START), readme.find(MARK_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"README.md has no {MARK_START} ... {MARK_END} block to fill")
+    README.write_text(readme[:start + len(MARK_START)] + "\n" + text + "\n" + readme[end:])
+
+
+def main() -> None:
+    rows = learning_comparisons() + credit_comparisons()
+    text = summary(rows)
+    out = RESULTS / "why_milegpo.md"
+    out.write_text(f"{text}\n\n{table(rows)}\n")
+    write_readme_block(text)
+    print(out.read_text())
+
+
+if __name__ == "__main__":
+    main()
