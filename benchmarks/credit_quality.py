@@ -500,7 +500,9 @@ def breakdown_tables(report: dict) -> list[str]:
     lines = [f"### Where MileGPO's components change the order of same-state pairs ({report['groups']}; "
              "summed over seeds)", "",
              "A cell: the share of the changed pairs that the component orders closer to the truth, the "
-             "number changed, and (in brackets) the resulting change of pairwise accuracy over all pairs.", ""]
+             "number changed, and (in brackets) the change of pairwise accuracy they make, over all pairs of all "
+             "seeds (pooled, so it weighs seeds by their pairs, unlike the Δ columns' mean over seeds); a row's "
+             "changed pairs and changes of accuracy add up to its 'all' cell.", ""]
     for env_name, info in report["envs"].items():
         regimes = {k: v for k, v in info["regimes"].items() if "breakdown" in v}
         if not regimes:
