@@ -101,7 +101,8 @@ def _first_seen_ids(codes: np.ndarray) -> np.ndarray:
 
     Codes within a span of a few times their number (level 1: node ids) find their first row in a
     table of the span, with no sort; wider ones (pairs of a group and a node) are sorted once with
-    numpy's default sort (vectorised where the CPU has it; 4x a stable sort on 1M codes)."""
+    numpy's default sort (vectorised where the CPU has it: on 1M int64 codes the numbering takes about
+    half the time of a stable ``unique`` with first indices)."""
     n = len(codes)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
