@@ -5,8 +5,8 @@ stored copies of its full text (the arXiv HTML mirrored by fast.hugflare.com and
 bittide.aicompass.dev) are searchable only through their opening (title, abstract); no public
 code exists. What is below follows the abstract and two secondary readings of the full text (a
 question-by-question paper note and a survey table, both stored in public GitHub repositories),
-which state every design point listed under "paper points we follow"; the formulas themselves
-are ours.
+which between them state every design point listed under "paper points we follow"; the formulas
+themselves are ours.
 
 No critic is trained. The value of a state is the mean discounted return of the steps the
 group took from it, and the advantage is the generalised advantage estimate (GAE) of the
