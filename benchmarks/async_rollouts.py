@@ -15,7 +15,15 @@ Results go to ``benchmarks/results/async_rollouts.{json,md}`` after every run (i
 lockstep and async alternate within each latency and seed; process CPU time beside wall time;
 the load average at start and end of each run).
 
+``--staleness-sweep`` measures ``algo.max_staleness`` instead: at one latency (``--latency``,
+``--distribution``) and rollout mode (``--rollout``), staleness 0 and 1 alternate within each
+seed, and the table gives the *training* throughput, env steps over the wall time of the whole
+``learn()`` (rollouts, credit and updates: what overlapping a rollout with the update can
+shorten), beside the rollout's own env steps/s, the update's seconds and the process CPU time,
+to ``benchmarks/results/async_staleness.{json,md}``.
+
     python benchmarks/async_rollouts.py [--steps 2000] [--seeds 0 1 2]
+    python benchmarks/async_rollouts.py --staleness-sweep [--latency 50] [--rollout lockstep]
 """
 
 from __future__ import annotations
@@ -56,9 +64,10 @@ class LatencyHouse(HouseEnv):
 
 
 def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int, model_path: str,
-            cohorts: int = ASYNC_COHORTS) -> dict:
-    """Train one run (async: acting for at most ``1 / cohorts`` of the envs per policy call); its
-    rollout speed, CPU time and held-out success."""
+            cohorts: int = ASYNC_COHORTS, max_staleness: int = 0) -> dict:
+    """Train one run (async: acting for at most ``1 / cohorts`` of the envs per policy call; with
+    ``max_staleness`` 1 each rollout but the first played during the previous update); its rollout
+    and training speed, CPU time and held-out success."""
     import csv
     import functools
 
@@ -74,12 +83,14 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
     load_start = os.getloadavg()[0]
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     try:
-        model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, per_env_sampling=True,
+        model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, per_env_sampling=True, max_staleness=max_staleness,
                         **preset_section(DEMO_PRESET, "algo"),
                         policy_kwargs={"model": model_path, **preset_section(DEMO_PRESET, "policy")})
         with tempfile.TemporaryDirectory() as folder:
             model.set_logger(configure(folder, ["csv"]))
+            learn_start = time.perf_counter()
             model.learn(steps)
+            learn_s = time.perf_counter() - learn_start
             rows = list(csv.DictReader(open(Path(folder) / "progress.csv")))
         success = model.evaluate(held_out, n_episodes=25)["success_rate"]
     finally:
@@ -87,10 +98,13 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
         held_out.close()
     speeds = [float(r["time/env_steps_per_s"]) for r in rows if r.get("time/env_steps_per_s")]
     rollout_s = sum(float(r["time/rollout_s"]) for r in rows if r.get("time/rollout_s"))
+    update_s = sum(float(r["time/update_s"]) for r in rows if r.get("time/update_s"))
+    lags = [float(r["rollout/policy_lag"]) for r in rows if r.get("rollout/policy_lag")]
     play_episodes_async.__kwdefaults__["cohorts"] = ASYNC_COHORTS
     return {"distribution": distribution, "latency_ms": latency_ms, "mode": mode, "cohorts": cohorts, "seed": seed,
-            "steps": steps,
-            "env_steps_per_s": statistics.median(speeds), "rollout_s": rollout_s,
+            "steps": steps, "max_staleness": max_staleness, "iterations": model.iterations,
+            "env_steps_per_s": statistics.median(speeds), "rollout_s": rollout_s, "update_s": update_s,
+            "learn_s": learn_s, "env_steps_per_learn_s": model.num_timesteps / learn_s, "policy_lags": lags,
             "wall_s": time.perf_counter() - wall_start, "cpu_s": time.process_time() - cpu_start,
             "held_out_success": success, "load": [load_start, os.getloadavg()[0]]}
 
@@ -126,6 +140,27 @@ def cohort_table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def staleness_table(runs: list[dict]) -> str:
+    """The markdown table of the staleness sweep: medians over seeds of each setting."""
+    lines = ["| max_staleness | env steps/s of training (learn wall) | rollout env steps/s | update s per run | "
+             "learn s | CPU s | held-out success |", "|---|---|---|---|---|---|---|"]
+    base = None
+    for staleness in (0, 1):
+        got = [r for r in runs if r["max_staleness"] == staleness]
+        if not got:
+            continue
+        speed = statistics.median(r["env_steps_per_learn_s"] for r in got)
+        base = speed if staleness == 0 else base
+        ratio = f" ({speed / base:.2f}x)" if base and staleness else ""
+        rollout_speed = statistics.median(r["env_steps_per_s"] for r in got)
+        lines.append(f"| {staleness} | {speed:.0f}{ratio} | {rollout_speed:.0f} | "
+                     f"{statistics.median(r['update_s'] for r in got):.2f} | "
+                     f"{statistics.median(r['learn_s'] for r in got):.2f} | "
+                     f"{statistics.median(r['cpu_s'] for r in got):.2f} | "
+                     "[" + ", ".join(f"{r['held_out_success']:.2f}" for r in got) + "] |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2000, help="env steps of each training run")
@@ -134,6 +169,14 @@ def main() -> None:
     parser.add_argument("--cohorts-sweep", action="store_true",
                         help="instead: fixed 20 and 50 ms, lockstep and async with 2, 4 and 8 cohorts "
                              "(to <out>_cohorts.{json,md})")
+    parser.add_argument("--staleness-sweep", action="store_true",
+                        help="instead: algo.max_staleness 0 against 1 at one latency (to "
+                             "results/async_staleness.{json,md})")
+    parser.add_argument("--latency", type=int, default=50, help="staleness sweep: the env's latency (ms)")
+    parser.add_argument("--distribution", choices=("fixed", "exponential"), default="fixed",
+                        help="staleness sweep: the latency's distribution")
+    parser.add_argument("--rollout", choices=("lockstep", "async"), default="lockstep",
+                        help="staleness sweep: algo.rollout")
     args = parser.parse_args()
 
     import torch
@@ -145,6 +188,19 @@ def main() -> None:
                             num_layers=1, num_heads=2)
     out = Path(args.out)
     runs: list[dict] = []
+    if args.staleness_sweep:
+        out = out.with_name("async_staleness")
+        meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
+                "envs": 32, "workers": 32, "policy": "cpu-demo tiny LM, choose mode, 1 torch thread",
+                "latency": f"{args.distribution} {args.latency} ms", "rollout": args.rollout}
+        for seed in args.seeds:
+            for staleness in (0, 1):
+                runs.append(run_one(args.distribution, args.latency, args.rollout, seed, args.steps, model_path,
+                                    max_staleness=staleness))
+                out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
+                out.with_suffix(".md").write_text(staleness_table(runs))
+                print(json.dumps(runs[-1]), flush=True)
+        return
     if args.cohorts_sweep:
         out = out.with_name(out.name + "_cohorts")
         for latency in (20, 50):
