@@ -27,7 +27,9 @@ iteration:
 
 * ``rollout/`` success_rate, ep_rew_mean, ep_len_mean, score_mean, invalid_action_rate,
   env_errors, episodes; with a vLLM sampler sampler_logprob_gap_max / _mean_step (the largest
-  gap between the sampler's and the trainer's behaviour log-probs of a step's tokens);
+  gap between the sampler's and the trainer's behaviour log-probs of a step's tokens); with
+  ``algo.max_staleness=1`` policy_lag (updates between the weights that sampled the rollout and
+  those it trains);
 * ``train/`` loss, pg_loss, kl (with ``kl_coef``), entropy (with ``ent_coef``), clip_fraction,
   approx_kl, grad_norm (before clipping), skipped_steps (non-finite loss or gradient),
   learning_rate, n_updates;
