@@ -176,7 +176,14 @@ def policy_actor(policy) -> Actor:
 
 
 def warm_started_policy(env_name: str, seed: int, workdir: Path):
-    """The policy that ``learning_efficiency.py --warm-start`` runs of ``env_name`` and ``seed`` start from."""
+    """The policy that ``learning_efficiency.py --warm-start`` runs of ``env_name`` and ``seed`` start from.
+
+    Torch runs on one thread, as the learning benchmark's runs do: on a shared, loaded CPU a
+    second intra-op thread used as much CPU time as the main one (seen in the warm start's
+    behaviour cloning), time taken from the other processes."""
+    import torch
+
+    torch.set_num_threads(1)
     config = learning_efficiency.make_config(learning_efficiency.warm_start_values(env_name, seed))
     model = learning_efficiency.starting_model(config, workdir / f"{env_name}-s{seed}")
     model.policy.reseed_sampling(seed)
