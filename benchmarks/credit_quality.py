@@ -83,11 +83,12 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
         --out benchmarks/results/credit_quality_mixture_e50             # structured groups
     python benchmarks/credit_quality.py --warm-start \
         --out benchmarks/results/credit_quality_warm_start              # the warm-started learner's groups
-    # both regimes, random and warm-started groups, in one file (the committed run's --tasks: see
-    # its results' per-env ``tasks``; runs with other groups or envs may write it at the same time):
-    python benchmarks/credit_quality.py --state-key env observation --out benchmarks/results/credit_quality_regimes
-    python benchmarks/credit_quality.py --state-key env observation --warm-start --tasks 40 \
-        --out benchmarks/results/credit_quality_regimes
+    # both regimes in one file, as committed (processes of other envs, seeds or groups, e.g. with
+    # --warm-start, may fill the same file at the same time; each seed is filed when done):
+    R="--state-key env observation --out benchmarks/results/credit_quality_regimes"
+    python benchmarks/credit_quality.py --envs alfworld --tasks 16 $R
+    python benchmarks/credit_quality.py --envs house coin --tasks 50 $R
+    python benchmarks/credit_quality.py --envs webshop --tasks 30 $R
     python benchmarks/credit_quality.py --tables-only --out benchmarks/results/credit_quality_regimes
 """
 
