@@ -28,6 +28,10 @@ Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
     python benchmarks/learning_efficiency.py --envs alfworld --algos milegpo graphgpo --warm-start \
         --state-key observation --out benchmarks/results/learning_efficiency_paper_keys_warm_start
                                      # the paper's regime: steps grouped by their observation text
+    python benchmarks/learning_efficiency.py --envs coin --algos milegpo graphgpo --steps 24000 \
+        --state-key observation --out benchmarks/results/learning_efficiency_paper_keys
+    python benchmarks/learning_efficiency.py --envs alfworld --algos gagpo --seeds 0 1 2 --warm-start \
+        --out benchmarks/results/learning_efficiency_warm_start    # GAGPO beside the warm-start table
 """
 
 from __future__ import annotations

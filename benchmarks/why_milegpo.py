@@ -127,7 +127,7 @@ def summary(rows: list[Comparison]) -> str:
     judged = sum(counts.values())
 
     def where(verdict: str) -> str:
-        cases = sorted({f"{r.env} ({r.regime}, {r.kind}: {r.metric})" for r in rows if r.verdict == verdict})
+        cases = sorted(f"{r.env} ({r.regime}, {r.start}, {r.kind}: {r.metric})" for r in rows if r.verdict == verdict)
         return "; ".join(cases) if cases else "nowhere"
 
     return (f"Against GraphGPO on this project's CPU benchmarks (95 % intervals over seeds), MileGPO is ahead "
