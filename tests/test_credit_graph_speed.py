@@ -170,6 +170,41 @@ def test_every_method_gives_what_the_previous_build_gave(seed, shuffled, monkeyp
     assert_same(now, results(batch))
 
 
+def node_names(graph: Any) -> np.ndarray:
+    """(V,) each node as its (task, key): what a node is, whatever its number."""
+    return np.array([f"{task}|{key}" for task, key in zip(graph.node_task, graph.node_key)], dtype=object)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+@pytest.mark.parametrize("seed", range(10))
+def test_interning_in_runs_of_tasks_builds_the_same_graph_and_credit(seed, shuffled, monkeypatch):
+    """Keys interned in runs of a few tasks (each with its own dictionary, as for batches of more than
+    ``INTERN_CHUNK_ENTRIES`` rows) give the graph of one dictionary up to the numbering of nodes within
+    a task, and every method the same credit."""
+    rng = np.random.default_rng(300 + seed)
+    batch = random_batch(rng, shuffled)
+    one_run = results(batch)
+    monkeypatch.setattr(graph_module, "INTERN_CHUNK_ENTRIES", int(rng.integers(1, 12)))
+    in_runs = results(batch)
+    for method in CREDIT_METHODS:
+        assert_same(in_runs[method], one_run[method])
+    got, want = in_runs["graph"], one_run["graph"]
+    names_got = node_names(build_task_graph(batch))
+    monkeypatch.setattr(graph_module, "INTERN_CHUNK_ENTRIES", 1 << 15)
+    names_want = node_names(build_task_graph(batch))
+    assert sorted(names_got) == sorted(names_want)
+    for column in ("row_src", "row_dst"):
+        np.testing.assert_array_equal(names_got[got[column]], names_want[want[column]])
+    relabel = {name: i for i, name in enumerate(names_want)}
+    node = np.array([relabel[name] for name in names_got])  # node of ``got`` -> node of ``want``
+    for column in ("node_n_traj", "node_n_succ", "node_n_revisit", "is_goal", "is_start", "node_task"):
+        np.testing.assert_array_equal(got[column], want[column][node])
+    edges_got = sorted(zip(node[got["edge_src"]], node[got["edge_dst"]], got["edge_n_traj"], got["edge_n_succ"]))
+    assert edges_got == sorted(zip(want["edge_src"], want["edge_dst"], want["edge_n_traj"], want["edge_n_succ"]))
+    dist_got, dist_want = in_runs["graph_distances"], one_run["graph_distances"]
+    np.testing.assert_array_equal(dist_got[0], dist_want[0][node])
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_first_seen_ids_by_table_equal_the_sort(seed):
     rng = np.random.default_rng(seed)

@@ -87,7 +87,8 @@ def test_state_interning_equals_the_dict_interning(seed):
     batch = random_batch(rng, tasks=int(rng.integers(1, 5)), group=int(rng.integers(1, 6)), horizon=12,
                          n_states=int(rng.integers(1, 9)), n_actions=3, broken=float(rng.choice([0.0, 0.2, 1.0])))
     expected = previous_index_strings(batch.state_keys, batch.next_state_keys)
-    for got, want in zip(state_key_ids(batch, trajectory_order(batch)), expected):
+    row_task = build_task_graph(batch).row_task
+    for got, want in zip(state_key_ids(batch, trajectory_order(batch), row_task), expected):
         np.testing.assert_array_equal(got, want)
     for got, want in zip(index_strings(batch.actions, batch.state_keys), previous_index_strings(batch.actions,
                                                                                                 batch.state_keys)):

@@ -140,30 +140,93 @@ def node_index(row_task: np.ndarray, keys: np.ndarray, n_keys: int, goal_id: int
     return codes[order], nodes
 
 
-def state_key_ids(batch: StepBatch, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`index_strings` of ``(batch.state_keys, batch.next_state_keys)``, interning each distinct
-    key once.
+INTERN_CHUNK_ENTRIES = 1 << 15
+"""Keys are interned in runs of whole tasks of about this many rows, one dictionary per run
+(:func:`state_key_ids`)."""
+
+
+def state_key_ids(batch: StepBatch, order: np.ndarray, row_task: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer ids of ``(batch.state_keys, batch.next_state_keys)``: equal ids for equal keys of one task.
 
     A step's next state is nearly always the state of the trajectory's next step (``order`` is
     :func:`trajectory_order`): those next-state keys are checked equal to it in one vectorised
     comparison and take its id, so only the state column and the other next states (last steps,
-    anything else) are interned. Their keys are new in row order exactly as in the two-column
-    interning, so the ids are the same."""
-    src_key, dst_key = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    if len(order) == 0:
-        return src_key, dst_key
-    rows, successors = order[:-1], order[1:]
-    linked = batch.traj_ids[rows] == batch.traj_ids[successors]
-    rows, successors = rows[linked], successors[linked]
-    same = batch.next_state_keys[rows] == batch.state_keys[successors]
-    rest = np.ones(batch.num_steps, dtype=bool)
-    rest[rows[same]] = False
+    anything else) are interned.
+
+    Nodes never join across tasks, so the keys are interned in runs of whole tasks of about
+    :data:`INTERN_CHUNK_ENTRIES` rows, each run with its own dictionary: a batch of a million
+    distinct keys then costs per key what a batch of thousands does, where one dictionary of them
+    all missed the CPU cache on nearly every lookup. Ids of different runs never meet; equal keys of
+    two tasks in one run share an id, which :func:`node_index` splits by task. Within a run the
+    state column is numbered first, then the other next states, each in row order: a batch of one run
+    is numbered exactly as :func:`index_strings` of the two columns would number it.
+
+    Rows already in trajectory order and grouped by task (the trainer's batches are) are read as
+    slices: every key object is touched as few times as possible, which is what a batch of a million
+    keys scattered in memory pays for."""
+    n = batch.num_steps
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if np.array_equal(order, np.arange(n)):
+        follows = (batch.traj_ids[:-1] == batch.traj_ids[1:]) & (batch.next_state_keys[:-1] == batch.state_keys[1:])
+        linked = np.flatnonzero(follows)
+        successors = linked + 1
+    else:
+        rows, successors = order[:-1], order[1:]
+        follows = batch.traj_ids[rows] == batch.traj_ids[successors]
+        rows, successors = rows[follows], successors[follows]
+        same = batch.next_state_keys[rows] == batch.state_keys[successors]
+        linked, successors = rows[same], successors[same]
+    rest = np.ones(n, dtype=bool)
+    rest[linked] = False
     rest_rows = np.flatnonzero(rest)
-    src_key, rest_key = index_strings(batch.state_keys, batch.next_state_keys[rest_rows])
-    dst_key = np.empty(batch.num_steps, dtype=np.int64)
-    dst_key[rows[same]] = src_key[successors[same]]
-    dst_key[rest_rows] = rest_key
+    src_key = np.empty(n, dtype=np.int64)
+    dst_key = np.empty(n, dtype=np.int64)
+    if n <= INTERN_CHUNK_ENTRIES:
+        src_key[:], dst_key[rest_rows] = index_strings(batch.state_keys, batch.next_state_keys[rest_rows])
+    elif np.all(row_task[1:] >= row_task[:-1]):
+        _intern_row_runs(batch, row_task, rest_rows, src_key, dst_key)
+    else:
+        ids = _intern_by_task_runs(np.concatenate([batch.state_keys, batch.next_state_keys[rest_rows]]),
+                                   np.concatenate([row_task, row_task[rest_rows]]))
+        src_key[:], dst_key[rest_rows] = ids[:n], ids[n:]
+    dst_key[linked] = src_key[successors]
     return src_key, dst_key
+
+
+def _task_runs(sorted_task: np.ndarray) -> np.ndarray:
+    """Start index of each run of whole tasks of about :data:`INTERN_CHUNK_ENTRIES` entries
+    (``sorted_task`` non-decreasing)."""
+    task_starts = segment_starts(sorted_task)
+    return task_starts[np.r_[True, np.diff(task_starts // INTERN_CHUNK_ENTRIES) > 0]]
+
+
+def _intern_row_runs(batch: StepBatch, row_task: np.ndarray, rest_rows: np.ndarray, src_key: np.ndarray,
+                     dst_key: np.ndarray) -> None:
+    """Fill ``src_key`` and ``dst_key[rest_rows]`` run by run, for rows grouped by task (slices, no copies)."""
+    cuts = _task_runs(row_task)
+    offset = 0
+    for low, high in zip(cuts, np.r_[cuts[1:], len(row_task)]):
+        rest_in_run = rest_rows[np.searchsorted(rest_rows, low):np.searchsorted(rest_rows, high)]
+        run_src, run_rest = index_strings(batch.state_keys[low:high], batch.next_state_keys[rest_in_run])
+        src_key[low:high] = run_src + offset
+        dst_key[rest_in_run] = run_rest + offset
+        offset += int(max(run_src.max(initial=-1), run_rest.max(initial=-1))) + 1
+
+
+def _intern_by_task_runs(keys: np.ndarray, task: np.ndarray) -> np.ndarray:
+    """Ids of ``keys`` in runs of whole tasks (one dictionary per run; within a task, entries keep their
+    order), for rows not grouped by task."""
+    by_task = np.argsort(task, kind="stable")
+    cuts = _task_runs(task[by_task])
+    ordered_keys = keys[by_task]
+    ids = np.empty(len(keys), dtype=np.int64)
+    offset = 0
+    for low, high in zip(cuts, np.r_[cuts[1:], len(keys)]):
+        (run_ids,) = index_strings(ordered_keys[low:high])
+        ids[by_task[low:high]] = run_ids + offset
+        offset += int(run_ids.max()) + 1
+    return ids
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -367,7 +430,7 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     last_rows = order[np.r_[starts[1:] - 1, len(order) - 1]] if len(order) else order
 
     # Nodes: (task, key) pairs; the goal gets its own key id per task.
-    src_key, dst_key = state_key_ids(batch, order)
+    src_key, dst_key = state_key_ids(batch, order, row_task)
     n_keys = int(max(src_key.max(initial=-1), dst_key.max(initial=-1))) + 2
     goal_id = n_keys - 1
     to_goal = last_rows[success[batch.traj_ids[last_rows]]]
