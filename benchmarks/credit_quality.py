@@ -13,7 +13,9 @@ admissible commands (what an untrained agent does); with ``--epsilon``, by a mix
 of the env's scripted expert and that random policy (structured rollouts, closer to a
 pretrained agent's, where milestones recur across the group); or, with ``--warm-start``,
 by the policy a warm-start learning run starts from (``learning_efficiency.py
---warm-start``: the same model, recipe and seed, sampled at temperature 1 as in training).
+--warm-start``: the same model, recipe and seed, sampled at temperature 1 as in training; a
+task's rollouts are played in lockstep, one batched policy call per step, each sample from its
+own seeded generator; ``--policy-cache DIR`` keeps each (env, seed)'s policy for later runs).
 Each method's advantages are scored on them, over the tasks with at least one success
 (without one every method gives zero step-level credit):
 
@@ -83,12 +85,17 @@ GraphGPO on every env and ahead somewhere, so they were dropped from the library
         --out benchmarks/results/credit_quality_mixture_e50             # structured groups
     python benchmarks/credit_quality.py --warm-start \
         --out benchmarks/results/credit_quality_warm_start              # the warm-started learner's groups
+        # (the committed file's were sampled one rollout at a time, by this script at commit c540d33)
     # both regimes in one file, as committed (processes of other envs, seeds or groups, e.g. with
     # --warm-start, may fill the same file at the same time; each seed is filed when done):
     R="--state-key env observation --out benchmarks/results/credit_quality_regimes"
     python benchmarks/credit_quality.py --envs alfworld --tasks 16 $R
     python benchmarks/credit_quality.py --envs house coin --tasks 50 $R
     python benchmarks/credit_quality.py --envs webshop --tasks 30 $R
+    W="--warm-start --policy-cache /tmp/credit_quality_policies"     # the warm-started groups, same tasks
+    python benchmarks/credit_quality.py --envs house coin --tasks 50 $W $R
+    python benchmarks/credit_quality.py --envs webshop --tasks 30 $W $R
+    python benchmarks/credit_quality.py --envs alfworld --tasks 16 $W $R
     python benchmarks/credit_quality.py --tables-only --out benchmarks/results/credit_quality_regimes
 """
 
@@ -101,7 +108,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ground_truth
@@ -169,26 +176,37 @@ def mixture_actor(epsilon: float) -> Actor:
     return act
 
 
-def policy_actor(policy) -> Actor:
-    """Samples from an :class:`~milegpo.policies.LLMPolicy` (its own seeded generator, temperature 1)."""
-    def act(rng: random.Random, env, observation: str, info: dict, history: list) -> str:
-        return policy.act([observation], [info], [history])[0].text
-    return act
-
-
 def warm_started_policy(env_name: str, seed: int, workdir: Path):
     """The policy that ``learning_efficiency.py --warm-start`` runs of ``env_name`` and ``seed`` start from.
 
-    Torch runs on one thread, as the learning benchmark's runs do: on a shared, loaded CPU a
-    second intra-op thread used as much CPU time as the main one (seen in the warm start's
-    behaviour cloning), time taken from the other processes."""
+    Built (its tiny LM, then the behaviour cloning) in ``workdir/ENV-sSEED`` and saved there with
+    the policy's own :meth:`~milegpo.policies.LLMPolicy.save`, beside the settings it was built
+    from: a later call, in this process or another, with the same folder and settings loads it
+    instead of cloning again (``--policy-cache``; a lock keeps two processes from building one
+    policy at the same time). Torch runs on one thread, as the learning benchmark's runs do: on a
+    shared, loaded CPU a second intra-op thread used as much CPU time as the main one (seen in
+    the warm start's behaviour cloning), time taken from the other processes."""
     import torch
 
+    from milegpo.policies import LLMPolicy
+    from milegpo.run.train import run_base_model
+
     torch.set_num_threads(1)
-    config = learning_efficiency.make_config(learning_efficiency.warm_start_values(env_name, seed))
-    model = learning_efficiency.starting_model(config, workdir / f"{env_name}-s{seed}")
-    model.policy.reseed_sampling(seed)
-    return model.policy
+    values = learning_efficiency.warm_start_values(env_name, seed)
+    config = learning_efficiency.make_config(values)
+    folder = workdir / f"{env_name}-s{seed}"
+    saved, settings = folder / "policy", folder / "warm_start_values.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if settings.exists() and json.loads(settings.read_text()) == values:
+            policy = LLMPolicy.load(saved, device="cpu", model=run_base_model(config, folder))
+        else:
+            policy = learning_efficiency.starting_model(config, folder).policy
+            policy.save(saved)
+            settings.write_text(json.dumps(values, indent=2) + "\n")
+    policy.reseed_sampling(seed)
+    return policy
 
 
 @dataclass
@@ -223,51 +241,111 @@ class Groups:
                          for key in keys[:-1]], dtype=bool)
 
 
+@dataclass
+class Rollout:
+    """One episode in play: its env and tracker, its last observation and info, and what
+    :class:`Groups` keeps of it (each state under both keys, ``d*`` of each state)."""
+
+    env: object
+    tracker: ground_truth.Tracker
+    observation: str
+    info: dict
+    states: list[str]
+    texts: list[str]
+    dists: list[int | None]
+    actions: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    valid: list[bool] = field(default_factory=list)
+    history: list[tuple[str, str]] = field(default_factory=list)
+    done: bool = False
+
+    @classmethod
+    def start(cls, env, tracker: ground_truth.Tracker, task_seed: int) -> Rollout:
+        """Reset ``env`` to the task of ``task_seed`` and read its first state."""
+        observation, info = env.reset(seed=task_seed)
+        tracker.observe(None, info)
+        return cls(env=env, tracker=tracker, observation=observation, info=info, states=[info["state_key"]],
+                   texts=[env.anchor_observation()], dists=[tracker.distance(info)])
+
+    def step(self, action: str) -> None:
+        """Play ``action`` and record the step and the state it leads to."""
+        self.history.append((self.observation, action))
+        self.observation, reward, terminated, truncated, self.info = self.env.step(action)
+        self.tracker.observe(action, self.info)
+        self.done = terminated or truncated
+        self.states.append(self.info["state_key"])
+        self.texts.append(self.env.anchor_observation())
+        self.actions.append(action)
+        self.rewards.append(reward)
+        self.valid.append(self.info["valid_action"])
+        self.dists.append(self.tracker.distance(self.info))
+
+
+def as_groups(played: list[tuple[int, Rollout]], horizon: int) -> Groups:
+    """The groups of finished rollouts, each with its task's index, in the order given."""
+    unsolvable = horizon + 1
+    distances = [[unsolvable if d is None else d for d in rollout.dists] for _, rollout in played]
+    return Groups(keys={"env": [r.states for _, r in played], "observation": [r.texts for _, r in played]},
+                  success=[bool(r.info.get("won")) for _, r in played], task_ids=[task for task, _ in played],
+                  actions=[r.actions for _, r in played], rewards=[r.rewards for _, r in played],
+                  valid=[r.valid for _, r in played],
+                  dist=np.concatenate([d[:-1] for d in distances]).astype(float),
+                  next_dist=np.concatenate([d[1:] for d in distances]).astype(float), horizon=horizon)
+
+
 def play_groups(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor) -> Groups:
     """Groups on the env's train tasks played by ``actor``, with d*(s_t) and d*(s_{t+1}) of every step.
 
-    The random actor draws exactly the random numbers it always did for a seed; both keys are
-    read from the same rollouts, so the two regimes are scored on the same steps.
+    The rollouts are played one after the other on one env, with one tracker per task, so the
+    random and mixture actors draw exactly the random numbers they always did for a seed; both
+    keys are read from the same rollouts, so the two regimes are scored on the same steps.
     """
     env, tracker_factory = ground_truth.make(env_name, expert=actor is not random_actor)
     horizon = env.max_episode_steps
-    unsolvable = horizon + 1
     rng = random.Random(seed)
-    keys: dict[str, list[list[str]]] = {key: [] for key in STATE_KEYS}
-    columns: dict[str, list] = {k: [] for k in ("success", "task_ids", "actions", "rewards", "valid")}
-    distances: list[list[int]] = []
-    tasks = rng.sample(range(env.num_tasks), min(n_tasks, env.num_tasks))
-    for task, task_seed in enumerate(tasks):
+    played: list[tuple[int, Rollout]] = []
+    for task, task_seed in enumerate(rng.sample(range(env.num_tasks), min(n_tasks, env.num_tasks))):
         tracker = tracker_factory(env, task_seed)
         for _ in range(group_size):
-            observation, info = env.reset(seed=task_seed)
-            tracker.observe(None, info)
-            states, texts = [info["state_key"]], [env.anchor_observation()]
-            actions, rewards, valid, done = [], [], [], False
-            history: list[tuple[str, str]] = []
-            dists = [tracker.distance(info)]
-            while not done:
-                action = actor(rng, env, observation, info, history)
-                history.append((observation, action))
-                observation, reward, terminated, truncated, info = env.step(action)
-                tracker.observe(action, info)
-                done = terminated or truncated
-                states.append(info["state_key"])
-                texts.append(env.anchor_observation())
-                actions.append(action)
-                rewards.append(reward)
-                valid.append(info["valid_action"])
-                dists.append(tracker.distance(info))
-            keys["env"].append(states)
-            keys["observation"].append(texts)
-            for key, value in (("success", bool(info.get("won"))), ("task_ids", task), ("actions", actions),
-                               ("rewards", rewards), ("valid", valid)):
-                columns[key].append(value)
-            distances.append([unsolvable if d is None else d for d in dists])
+            rollout = Rollout.start(env, tracker, task_seed)
+            while not rollout.done:
+                rollout.step(actor(rng, env, rollout.observation, rollout.info, rollout.history))
+            played.append((task, rollout))
     env.close()
-    dist = np.concatenate([d[:-1] for d in distances]).astype(float)
-    next_dist = np.concatenate([d[1:] for d in distances]).astype(float)
-    return Groups(keys=keys, **columns, dist=dist, next_dist=next_dist, horizon=horizon)
+    return as_groups(played, horizon)
+
+
+def sample_seed(seed: int, task: int, copy: int, step: int) -> int:
+    """The seed of one policy sample: its own per (seed, task, copy in the group, step), so a
+    seed's groups do not depend on which rollouts share a batched policy call."""
+    return int(np.random.SeedSequence([seed, task, copy, step]).generate_state(1)[0])
+
+
+def play_policy_groups(env_name: str, n_tasks: int, group_size: int, seed: int, policy) -> Groups:
+    """Groups sampled from ``policy`` (an :class:`~milegpo.policies.LLMPolicy`, temperature 1) on the
+    tasks :func:`play_groups` draws for ``seed``, with the same records.
+
+    A task's ``group_size`` rollouts are played in lockstep on as many copies of the env, each
+    with its own tracker, and the policy is called once per step for all unfinished rollouts:
+    one batched forward pass instead of one per rollout. Each rollout's action is drawn from the
+    generator of its :func:`sample_seed`, so a seed's groups are reproducible."""
+    made = [ground_truth.make(env_name) for _ in range(group_size)]
+    envs, tracker_factory = [env for env, _ in made], made[0][1]
+    horizon = envs[0].max_episode_steps
+    tasks = random.Random(seed).sample(range(envs[0].num_tasks), min(n_tasks, envs[0].num_tasks))
+    played: list[tuple[int, Rollout]] = []
+    for task, task_seed in enumerate(tasks):
+        rollouts = [Rollout.start(env, tracker_factory(env, task_seed), task_seed) for env in envs]
+        while active := [(copy, r) for copy, r in enumerate(rollouts) if not r.done]:
+            samples = policy.act([r.observation for _, r in active], [r.info for _, r in active],
+                                 [r.history for _, r in active],
+                                 sample_seeds=[sample_seed(seed, task, copy, len(r.actions)) for copy, r in active])
+            for (_, rollout), sample in zip(active, samples):
+                rollout.step(sample.text)
+        played += [(task, rollout) for rollout in rollouts]
+    for env in envs:
+        env.close()
+    return as_groups(played, horizon)
 
 
 def same_state_pairs(task_ids: np.ndarray, true_keys: np.ndarray, progress: np.ndarray,
@@ -387,9 +465,13 @@ def variant_config(env_name: str, method: str, overrides: dict) -> dict:
 
 def score_env(env_name: str, n_tasks: int, group_size: int, seed: int, actor: Actor = random_actor,
               state_keys: tuple[str, ...] = ("env",)) -> dict:
+    """One seed's groups, played by ``actor`` (:func:`play_groups`), scored (:func:`score_groups`)."""
+    return score_groups(env_name, play_groups(env_name, n_tasks, group_size, seed, actor), seed, state_keys)
+
+
+def score_groups(env_name: str, groups: Groups, seed: int, state_keys: tuple[str, ...] = ("env",)) -> dict:
     """One seed's groups scored in each regime of ``state_keys``: the credit methods group steps by
     that key, the truth (pairs, d*, traps, pair types) by the true state."""
-    groups = play_groups(env_name, n_tasks, group_size, seed, actor)
     truth = groups.batch("env")
     task_ids, true_keys = truth.task_ids, truth.state_keys
     progress = groups.dist - groups.next_dist
@@ -630,6 +712,9 @@ def main() -> None:
     parser.add_argument("--state-key", nargs="+", default=["env"], choices=STATE_KEYS,
                         help="the regimes: the key the credit methods group steps by (env: the env's own key; "
                              "observation: the observation text, the paper's); both are scored on the same rollouts")
+    parser.add_argument("--policy-cache", default=None,
+                        help="with --warm-start: a folder keeping each (env, seed)'s warm-started policy, built once "
+                             "and loaded by later runs (default: a temporary folder)")
     parser.add_argument("--out", default=str(RESULTS / "credit_quality"))
     parser.add_argument("--tables-only", action="store_true", help="redo OUT.md from OUT.json")
     args = parser.parse_args()
@@ -653,20 +738,23 @@ def main() -> None:
     run = {"policy": policy, "epsilon": args.epsilon, "warm_start": args.warm_start, "groups": groups,
            "group_size": args.group_size, "state_keys": list(state_keys)}
     label = run_label(args.warm_start, args.epsilon)
-    workdir = tempfile.TemporaryDirectory(prefix="credit_quality_")  # the warm starts' tiny LMs
+    scratch = tempfile.TemporaryDirectory(prefix="credit_quality_")  # the warm starts' tiny LMs, unless cached
+    workdir = Path(args.policy_cache or scratch.name)
     for env_name in args.envs:
         for seed in args.seeds:
             started = time.time()
             if args.warm_start:
-                actor = policy_actor(warm_started_policy(env_name, seed, Path(workdir.name)))
+                groups = play_policy_groups(env_name, args.tasks, args.group_size, seed,
+                                            warm_started_policy(env_name, seed, workdir))
             else:
                 actor = mixture_actor(args.epsilon) if args.epsilon < 1.0 else random_actor
-            row = score_env(env_name, args.tasks, args.group_size, seed, actor, state_keys)
+                groups = play_groups(env_name, args.tasks, args.group_size, seed, actor)
+            row = score_groups(env_name, groups, seed, state_keys)
             row.update(group_size=args.group_size, wall_s=time.time() - started)
             save_seed(out, label, run, env_name, row)
             print(f"{label} {env_name} seed {seed}: {row['tasks_with_success']}/{row['tasks']} tasks with a success, "
                   f"{row['pairs']} same-state pairs, {row['wall_s']:.0f} s", flush=True)
-    workdir.cleanup()
+    scratch.cleanup()
     print(out.with_suffix(".md").read_text())
 
 
