@@ -205,6 +205,31 @@ def test_interning_in_runs_of_tasks_builds_the_same_graph_and_credit(seed, shuff
     np.testing.assert_array_equal(dist_got[0], dist_want[0][node])
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_keys_interned_by_task_are_equal_exactly_when_key_and_task_are(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    keys = np.array([f"k{i}" for i in rng.integers(0, 6, n)], dtype=object)
+    task = rng.integers(0, 5, n)
+    if seed % 2:
+        task = np.sort(task)  # grouped by task: read as slices
+    np.testing.assert_array_equal(graph_module.index_strings_by_task(keys, task), index_strings(keys)[0])
+    monkeypatch.setattr(graph_module, "INTERN_CHUNK_ENTRIES", int(rng.integers(1, 9)))
+    ids = graph_module.index_strings_by_task(keys, task)
+    same_key, same_task = keys[:, None] == keys[None, :], task[:, None] == task[None, :]
+    same_id = ids[:, None] == ids[None, :]
+    np.testing.assert_array_equal(same_id & same_task, same_key & same_task)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_rows_are_numpy_unique_first_indices(seed):
+    from milegpo.credit.diagnostics import first_rows
+
+    rng = np.random.default_rng(seed)
+    for codes in (rng.integers(0, 7, 50), rng.integers(0, 10**13, 20), np.zeros(0, np.int64), np.full(5, 2)):
+        np.testing.assert_array_equal(first_rows(codes), np.unique(codes, return_index=True)[1])
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_first_seen_ids_by_table_equal_the_sort(seed):
     rng = np.random.default_rng(seed)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from milegpo.credit.batch import StepBatch
-from milegpo.credit.graph import TaskGraph, index_strings, sorted_unique
+from milegpo.credit.graph import TaskGraph, index_strings_by_task, sorted_unique
 
 STATE_CHARS = 200
 """State keys are cut to this many characters in diagnostics."""
@@ -34,18 +34,28 @@ def describe_state(key: object) -> str:
 
 def distinct_action_rows(batch: StepBatch, graph: TaskGraph, rows: np.ndarray | None = None) -> np.ndarray:
     """One row per distinct (source state, action) of the tasks with a success (its first
-    occurrence), sorted by source state (then by the action's first appearance among ``rows``).
+    occurrence), sorted by source state (then by the action's id: :func:`~milegpo.credit.graph.index_strings_by_task`).
 
     Tasks without a success are left out: without a goal every method gives their transitions
     the same step return, so they would count as ties of no interest. ``rows`` (default all)
     restricts the search to some states' rows (every row of each of those states)."""
     rows = np.arange(batch.num_steps) if rows is None else rows
-    (action,) = index_strings(batch.actions[rows])
+    action = index_strings_by_task(batch.actions[rows], graph.row_task[rows])
     n_actions = int(action.max(initial=0)) + 1
-    _, first = np.unique(graph.row_src[rows] * n_actions + action, return_index=True)
-    first = rows[first]
+    first = rows[first_rows(graph.row_src[rows] * n_actions + action)]
     first = first[graph.task_n_succ[graph.row_task[first]] > 0]
     return first[np.argsort(graph.row_src[first], kind="stable")]
+
+
+def first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first index of each distinct value of ``codes``, in increasing order of the value
+    (``numpy.unique(codes, return_index=True)[1]``, by numpy's default sort and a minimum per run
+    instead of a stable sort)."""
+    if len(codes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(codes)
+    ordered = codes[order]
+    return np.minimum.reduceat(order, np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]))
 
 
 def same_source_pairs(batch: StepBatch, graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:

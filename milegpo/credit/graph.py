@@ -187,8 +187,8 @@ def state_key_ids(batch: StepBatch, order: np.ndarray, row_task: np.ndarray) -> 
     elif np.all(row_task[1:] >= row_task[:-1]):
         _intern_row_runs(batch, row_task, rest_rows, src_key, dst_key)
     else:
-        ids = _intern_by_task_runs(np.concatenate([batch.state_keys, batch.next_state_keys[rest_rows]]),
-                                   np.concatenate([row_task, row_task[rest_rows]]))
+        ids = index_strings_by_task(np.concatenate([batch.state_keys, batch.next_state_keys[rest_rows]]),
+                                    np.concatenate([row_task, row_task[rest_rows]]))
         src_key[:], dst_key[rest_rows] = ids[:n], ids[n:]
     dst_key[linked] = src_key[successors]
     return src_key, dst_key
@@ -214,12 +214,18 @@ def _intern_row_runs(batch: StepBatch, row_task: np.ndarray, rest_rows: np.ndarr
         offset += int(max(run_src.max(initial=-1), run_rest.max(initial=-1))) + 1
 
 
-def _intern_by_task_runs(keys: np.ndarray, task: np.ndarray) -> np.ndarray:
-    """Ids of ``keys`` in runs of whole tasks (one dictionary per run; within a task, entries keep their
-    order), for rows not grouped by task."""
-    by_task = np.argsort(task, kind="stable")
+def index_strings_by_task(keys: np.ndarray, task: np.ndarray) -> np.ndarray:
+    """Integer ids of ``keys``, equal for equal keys of one task (``task``: each key's task).
+
+    :func:`index_strings` of ``keys`` when there are at most :data:`INTERN_CHUNK_ENTRIES`; beyond, one
+    dictionary per run of whole tasks (:func:`state_key_ids` says why), read as slices when ``task``
+    is non-decreasing. Within a run, ids are numbered in order of first appearance."""
+    if len(keys) <= INTERN_CHUNK_ENTRIES:
+        return index_strings(keys)[0]
+    in_order = bool(np.all(task[1:] >= task[:-1]))
+    by_task = np.arange(len(keys)) if in_order else np.argsort(task, kind="stable")
+    ordered_keys = keys if in_order else keys[by_task]
     cuts = _task_runs(task[by_task])
-    ordered_keys = keys[by_task]
     ids = np.empty(len(keys), dtype=np.int64)
     offset = 0
     for low, high in zip(cuts, np.r_[cuts[1:], len(keys)]):
