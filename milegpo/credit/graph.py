@@ -194,7 +194,7 @@ def state_key_ids(batch: StepBatch, order: np.ndarray, row_task: np.ndarray) -> 
     return src_key, dst_key
 
 
-def _task_runs(sorted_task: np.ndarray) -> np.ndarray:
+def task_runs(sorted_task: np.ndarray) -> np.ndarray:
     """Start index of each run of whole tasks of about :data:`INTERN_CHUNK_ENTRIES` entries
     (``sorted_task`` non-decreasing)."""
     task_starts = segment_starts(sorted_task)
@@ -204,7 +204,7 @@ def _task_runs(sorted_task: np.ndarray) -> np.ndarray:
 def _intern_row_runs(batch: StepBatch, row_task: np.ndarray, rest_rows: np.ndarray, src_key: np.ndarray,
                      dst_key: np.ndarray) -> None:
     """Fill ``src_key`` and ``dst_key[rest_rows]`` run by run, for rows grouped by task (slices, no copies)."""
-    cuts = _task_runs(row_task)
+    cuts = task_runs(row_task)
     offset = 0
     for low, high in zip(cuts, np.r_[cuts[1:], len(row_task)]):
         rest_in_run = rest_rows[np.searchsorted(rest_rows, low):np.searchsorted(rest_rows, high)]
@@ -225,7 +225,7 @@ def index_strings_by_task(keys: np.ndarray, task: np.ndarray) -> np.ndarray:
     in_order = bool(np.all(task[1:] >= task[:-1]))
     by_task = np.arange(len(keys)) if in_order else np.argsort(task, kind="stable")
     ordered_keys = keys if in_order else keys[by_task]
-    cuts = _task_runs(task[by_task])
+    cuts = task_runs(task[by_task])
     ids = np.empty(len(keys), dtype=np.int64)
     offset = 0
     for low, high in zip(cuts, np.r_[cuts[1:], len(keys)]):
