@@ -128,3 +128,47 @@ def test_sorted_unique_is_numpy_unique(seed):
         got, want = sorted_unique(values), np.unique(values)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def previous_hgpo(batch: StepBatch, config: Any) -> tuple[np.ndarray, float, dict[str, np.ndarray]]:
+    """HGPO's advantages, mean levels used and level values as computed before: a (levels x steps)
+    array of values, weights where used, and their sums over the levels axis."""
+    from milegpo.credit.gigpo import discounted_returns
+    from milegpo.credit.hgpo import history_groups_by_level
+    from milegpo.credit.norm import episode_scores, group_normalize
+
+    graph = build_task_graph(batch)
+    returns = discounted_returns(batch, config.gamma)
+    levels = list(range(1, int(config.history_length) + 2))
+    values = np.zeros((len(levels) + 1, batch.num_steps))
+    present = np.zeros((len(levels) + 1, batch.num_steps), dtype=bool)
+    if config.base_group:
+        values[0] = episode_scores(batch, graph, config.norm, config.epsilon, False)
+        present[0] = True
+    for row, groups in enumerate(history_groups_by_level(batch, graph, levels), start=1):
+        has = groups >= 0
+        num = int(groups.max(initial=-1)) + 1
+        values[row, has] = group_normalize(returns[has], groups[has], num, config.norm, config.epsilon, ddof=0)
+        present[row, has] = np.bincount(groups[has], minlength=num)[groups[has]] > 1
+    used = present & (values != 0.0)
+    lengths = np.arange(len(levels) + 1, dtype=np.float64)[:, None] + 1.0
+    weights = np.where(used, lengths ** config.length_weight_alpha, 0.0)
+    adv = (weights * values).sum(axis=0) / (weights.sum(axis=0) + config.epsilon)
+    return adv, float(used.sum(axis=0).mean()), {f"A_k{k}": values[row] for row, k in enumerate(levels, start=1)}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_hgpo_summed_level_by_level_equals_the_levels_array(seed):
+    from milegpo.credit.hgpo import HGPOConfig, hgpo
+
+    rng = np.random.default_rng(200 + seed)
+    batch = random_batch(rng, tasks=int(rng.integers(1, 4)), group=int(rng.integers(2, 7)), horizon=10,
+                         n_states=int(rng.integers(2, 7)), n_actions=3)
+    config = HGPOConfig(history_length=int(rng.integers(0, 4)), base_group=bool(seed % 2),
+                        length_weight_alpha=float(rng.choice([0.0, 1.0, 2.5])))
+    got = hgpo(batch, config)
+    adv, mean_levels_used, level_values = previous_hgpo(batch, config)
+    np.testing.assert_array_equal(got.advantages, adv)
+    assert got.diagnostics["mean_levels_used"] == mean_levels_used
+    for name, value in level_values.items():
+        np.testing.assert_array_equal(got.components[name], value)

@@ -153,25 +153,35 @@ def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | 
         returns = discounted_returns(batch, config.gamma)
     n = batch.num_steps
     levels = list(range(1, int(config.history_length) + 2))
-    values = np.zeros((len(levels) + 1, n))  # row 0: the base group (level k = 0)
-    present = np.zeros((len(levels) + 1, n), dtype=bool)
+    # The advantage is the weighted mean of the levels' normalised returns, level k (and the base
+    # group, k = 0) weighing (k + 1) ** alpha where its group is shared and its value non-zero;
+    # summed level by level, so no (levels x steps) array is built.
+    weighted_sum, weight_sum, levels_used = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+
+    def add_level(k: int, value: np.ndarray, present: np.ndarray) -> None:
+        used = present & (value != 0.0)
+        weight = (k + 1.0) ** config.length_weight_alpha
+        weighted_sum[used] += weight * value[used]
+        weight_sum[used] += weight
+        levels_used[used] += 1
+
     if config.base_group:
-        values[0] = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
-        present[0] = True
+        add_level(0, episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact),
+                  np.ones(n, dtype=bool))
     shared = {}
-    for row, (k, groups) in enumerate(zip(levels, history_groups_by_level(batch, graph, levels)), start=1):
+    components = {"step_return": returns}
+    for k, groups in zip(levels, history_groups_by_level(batch, graph, levels)):
         has = groups >= 0
         num = int(groups.max(initial=-1)) + 1
-        values[row, has] = group_normalize(returns[has], groups[has], num, config.norm, config.epsilon, ddof=0)
+        value, present = np.zeros(n), np.zeros(n, dtype=bool)
+        value[has] = group_normalize(returns[has], groups[has], num, config.norm, config.epsilon, ddof=0)
         sizes = np.bincount(groups[has], minlength=num)
-        present[row, has] = sizes[groups[has]] > 1
-        shared[f"frac_steps_in_shared_groups_k{k}"] = float(present[row].mean()) if n else 0.0
-    used = present & (values != 0.0)
-    lengths = np.arange(len(levels) + 1, dtype=np.float64)[:, None] + 1.0
-    weights = np.where(used, lengths ** config.length_weight_alpha, 0.0)
-    adv = (weights * values).sum(axis=0) / (weights.sum(axis=0) + config.epsilon)
+        present[has] = sizes[groups[has]] > 1
+        shared[f"frac_steps_in_shared_groups_k{k}"] = float(present.mean()) if n else 0.0
+        add_level(k, value, present)
+        components[f"A_k{k}"] = value
+    adv = weighted_sum / (weight_sum + config.epsilon)
     episode = episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact)
     diagnostics = {"method": "hgpo", **common_diagnostics(graph, adv, episode), **shared,
-                   "mean_levels_used": float(used.sum(axis=0).mean()) if n else 0.0}
-    components = {"step_return": returns, **{f"A_k{k}": values[row] for row, k in enumerate(levels, start=1)}}
+                   "mean_levels_used": float(levels_used.mean()) if n else 0.0}
     return CreditResult(advantages=adv, diagnostics=diagnostics, components=components)
