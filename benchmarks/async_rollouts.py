@@ -7,9 +7,22 @@ offline tiny LM in choose mode, its settings), 4 tasks x 8 copies, one worker pr
 For each latency, mode and seed, MileGPO trains ``--steps`` env steps; the table gives the
 rollout's env steps per second (``time/env_steps_per_s``: env steps over the rollout's wall
 time, policy included), the speed-up of async over lockstep (the ratio of medians over seeds),
-and held-out success on House's ``eval_id`` split after training (greedy, without latency).
+and held-out success on House's ``eval_id`` split after training (without latency).
 Both modes sample each env from its own stream (``algo.per_env_sampling``), so at equal scores
 they take the same actions: any difference in success comes from float noise in batched scores.
+
+Held-out success is measured as the CPU demo measures it, with the ``eval`` section of the
+``cpu-demo`` preset (read from it, not restated here): its ``n_tasks`` first tasks of ``eval_id``
+times its ``copies`` episodes each, actions sampled at its eval temperature (greedy, the
+memoryless tiny policy loops and wins next to nothing), the sampling seeded by the run's seed,
+so both modes of a seed are evaluated alike.
+
+``--learning`` compares what the two modes learn: at exponential 50 ms, lockstep and async
+alternate within each seed for a budget where the demo learns (``--steps``, default the demo's
+``run.total_timesteps``); per run, held-out success before and after training, the wall time of
+``learn()`` to the budget and the env steps per second, and over seeds the paired difference of
+success (async - lockstep, mean and 95% t interval), to
+``benchmarks/results/async_rollouts_learning.{json,md}``.
 
 Results go to ``benchmarks/results/async_rollouts.{json,md}`` after every run (interleaved:
 lockstep and async alternate within each latency and seed; process CPU time beside wall time;
@@ -23,12 +36,14 @@ shorten), beside the rollout's own env steps/s, the update's seconds and the pro
 to ``benchmarks/results/async_staleness.{json,md}``.
 
     python benchmarks/async_rollouts.py [--steps 2000] [--seeds 0 1 2]
+    python benchmarks/async_rollouts.py --learning [--steps 24000]
     python benchmarks/async_rollouts.py --staleness-sweep [--latency 50] [--rollout lockstep]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -36,15 +51,23 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from milegpo.algos.rollout import ASYNC_COHORTS, play_episodes_async
+# Every env worker imports this module (it defines their env): what its top level imports, 32
+# workers import, so the trainer (torch, transformers) is imported where it is used.
+from milegpo.config.presets import DEMO_PRESET
 from milegpo.envs.house import HouseEnv
+
+if TYPE_CHECKING:
+    from milegpo import MileGPO
+    from milegpo.run.config import TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LATENCIES = [("fixed", 20), ("fixed", 50), ("fixed", 200), ("exponential", 20), ("exponential", 50),
              ("exponential", 200)]
+LEARNING_LATENCY = ("exponential", 50)  # where async is ~2.9x as fast as lockstep
 
 
 class LatencyHouse(HouseEnv):
@@ -63,22 +86,52 @@ class LatencyHouse(HouseEnv):
         return super()._step(action)
 
 
+def demo_config() -> TrainConfig:
+    """The CPU demo's resolved settings (its preset over the defaults)."""
+    from milegpo.run.config import resolve_config
+
+    return resolve_config(DEMO_PRESET)
+
+
+def held_out_success(model: MileGPO, seed: int) -> dict:
+    """Success on House's ``eval_id`` split as the CPU demo's evaluation measures it (its preset's
+    tasks, copies and temperature; greedy only where that temperature is null), the sampling seeded
+    by ``seed``: the demo's tiny policy has no memory and loops when greedy, so only sampled
+    episodes tell what it learned. Returns the success rate, the episodes and how they were played."""
+    from milegpo import make_vec_env
+    from milegpo.run.config import eval_task_seeds
+
+    config = demo_config().eval
+    env = make_vec_env("milegpo/House-v0", n_tasks=config.n_tasks, group_size=config.copies,
+                       env_kwargs={"split": "eval_id"})
+    try:
+        result = model.evaluate(env, task_seeds=eval_task_seeds("eval_id", config.n_tasks),
+                                deterministic=config.temperature is None, temperature=config.temperature, seed=seed)
+    finally:
+        env.close()
+    return {"success": result["success_rate"], "episodes": result["n_episodes"], "sampling": result["sampling"]}
+
+
 def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int, model_path: str,
-            cohorts: int = ASYNC_COHORTS, max_staleness: int = 0) -> dict:
-    """Train one run (async: acting for at most ``1 / cohorts`` of the envs per policy call; with
+            cohorts: int | None = None, max_staleness: int = 0, evaluate_before: bool = False) -> dict:
+    """Train one run (async: acting for at most ``1 / cohorts`` of the envs per policy call, by default
+    the trainer's :data:`~milegpo.algos.rollout.ASYNC_COHORTS`; with
     ``max_staleness`` 1 each rollout but the first played during the previous update); its rollout
-    and training speed, CPU time and held-out success."""
+    and training speed, CPU time and held-out success (and, with ``evaluate_before``, that of the
+    untrained policy, outside the timed ``learn()``)."""
     import csv
     import functools
 
     from stable_baselines3.common.logger import configure
 
     from milegpo import MileGPO, make_vec_env
-    from milegpo.config.presets import DEMO_PRESET, preset_section
+    from milegpo.algos.rollout import ASYNC_COHORTS, play_episodes_async
+    from milegpo.config.presets import preset_section
+
+    cohorts = cohorts or ASYNC_COHORTS
 
     factory = functools.partial(LatencyHouse, latency_ms=latency_ms, distribution=distribution, split="train")
     env = make_vec_env(factory, n_tasks=4, group_size=8, seed=seed, subprocess=True, n_workers=32)
-    held_out = make_vec_env("milegpo/House-v0", n_tasks=25, group_size=1, env_kwargs={"split": "eval_id"})
     play_episodes_async.__kwdefaults__["cohorts"] = cohorts  # what the trainer's loop uses
     load_start = os.getloadavg()[0]
     cpu_start, wall_start = time.process_time(), time.perf_counter()
@@ -86,16 +139,16 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
         model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, per_env_sampling=True, max_staleness=max_staleness,
                         **preset_section(DEMO_PRESET, "algo"),
                         policy_kwargs={"model": model_path, **preset_section(DEMO_PRESET, "policy")})
+        before = held_out_success(model, seed) if evaluate_before else None
         with tempfile.TemporaryDirectory() as folder:
             model.set_logger(configure(folder, ["csv"]))
             learn_start = time.perf_counter()
             model.learn(steps)
             learn_s = time.perf_counter() - learn_start
             rows = list(csv.DictReader(open(Path(folder) / "progress.csv")))
-        success = model.evaluate(held_out, n_episodes=25)["success_rate"]
+        after = held_out_success(model, seed)
     finally:
         env.close()
-        held_out.close()
     speeds = [float(r["time/env_steps_per_s"]) for r in rows if r.get("time/env_steps_per_s")]
     rollout_s = sum(float(r["time/rollout_s"]) for r in rows if r.get("time/rollout_s"))
     update_s = sum(float(r["time/update_s"]) for r in rows if r.get("time/update_s"))
@@ -106,7 +159,9 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
             "env_steps_per_s": statistics.median(speeds), "rollout_s": rollout_s, "update_s": update_s,
             "learn_s": learn_s, "env_steps_per_learn_s": model.num_timesteps / learn_s, "policy_lags": lags,
             "wall_s": time.perf_counter() - wall_start, "cpu_s": time.process_time() - cpu_start,
-            "held_out_success": success, "load": [load_start, os.getloadavg()[0]]}
+            "held_out_success": after["success"], "held_out_episodes": after["episodes"],
+            "held_out_sampling": after["sampling"], "held_out_success_before": before["success"] if before else None,
+            "load": [load_start, os.getloadavg()[0]]}
 
 
 def table(runs: list[dict]) -> str:
@@ -128,6 +183,8 @@ def table(runs: list[dict]) -> str:
 
 def cohort_table(runs: list[dict]) -> str:
     """The markdown table of the cohort sweep: env steps/s (median over seeds) and CPU seconds per run."""
+    from milegpo.algos.rollout import ASYNC_COHORTS
+
     lines = ["| fixed latency | lockstep | async, 2 cohorts | async, 4 cohorts | async, 8 cohorts |",
              "|---|---|---|---|---|"]
     for latency in sorted({r["latency_ms"] for r in runs}):
@@ -161,9 +218,72 @@ def staleness_table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def learning_table(runs: list[dict]) -> str:
+    """The markdown table of the learning comparison: per mode, held-out success seed by seed, the wall
+    time of ``learn()`` to the budget and the env steps per second; then the paired difference of
+    success (async - lockstep, seeds that have both) with its 95% t interval, and the speed-ups."""
+    from learning_efficiency import paired_difference
+
+    got = {mode: {r["seed"]: r for r in runs if r["mode"] == mode} for mode in ("lockstep", "async")}
+    steps = runs[0]["steps"]
+
+    def cells(values: list[float], digits: int) -> str:
+        return "[" + ", ".join(f"{v:.{digits}f}" for v in values) + "]"
+
+    lines = [f"| mode | seeds | held-out success per seed (mean) | wall of `learn()` to {steps:,} env steps, s | "
+             "rollout env steps/s | training env steps/s |", "|---|---|---|---|---|---|"]
+    untrained = {r["seed"]: r["held_out_success_before"] for r in runs}
+    lines.append(f"| untrained | {list(untrained)} | {cells(list(untrained.values()), 2)} "
+                 f"({statistics.mean(untrained.values()):.3f}) | | | |")
+    for mode, by_seed in got.items():
+        if not by_seed:
+            continue
+        done = list(by_seed.values())
+        success = [r["held_out_success"] for r in done]
+        lines.append(f"| {mode} | {list(by_seed)} | {cells(success, 2)} ({statistics.mean(success):.3f}) | "
+                     f"{cells([r['learn_s'] for r in done], 0)} | "
+                     f"{statistics.median(r['env_steps_per_s'] for r in done):.0f} | "
+                     f"{statistics.median(r['env_steps_per_learn_s'] for r in done):.0f} |")
+    paired = sorted(set(got["lockstep"]) & set(got["async"]))
+    if len(paired) > 1:
+        after = {mode: [got[mode][seed]["held_out_success"] for seed in paired] for mode in got}
+        diff = paired_difference(after["async"], after["lockstep"])
+        speed_up = {key: statistics.median((got["async"][s][key] / got["lockstep"][s][key]) ** sign for s in paired)
+                    for key, sign in (("learn_s", -1), ("env_steps_per_s", 1), ("env_steps_per_learn_s", 1))}
+        deltas = [a - b for a, b in zip(after["async"], after["lockstep"])]
+        lines.append(f"| async - lockstep (paired) | {paired} | {cells(deltas, 2)} ({diff['mean']:+.3f}, 95% t "
+                     f"interval [{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}]) | "
+                     + " | ".join(f"async {speed_up[key]:.2f}x as fast" for key in speed_up) + " |")
+    sampling, episodes = runs[0]["held_out_sampling"], runs[0]["held_out_episodes"]
+    loads = [load for r in runs for load in r["load"]]
+    lines.append("")
+    lines.append(f"Held-out: House `eval_id`, {episodes} episodes (the demo's tasks x copies), {sampling}, sampling "
+                 f"seeded by the run's seed. Env steps: {runs[0]['distribution']} {runs[0]['latency_ms']} ms per "
+                 f"step, 32 envs in 32 workers. 1-minute load {min(loads):.1f}-{max(loads):.1f} at the runs' starts "
+                 "and ends.")
+    return "\n".join(lines) + "\n"
+
+
+def learning(steps: int, seeds: list[int], model_path: str, out: Path) -> None:
+    """The learning comparison: lockstep then async within each seed at :data:`LEARNING_LATENCY`, each run
+    written to ``out``'s JSON and table as soon as it ends."""
+    distribution, latency = LEARNING_LATENCY
+    meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": steps,
+            "envs": 32, "workers": 32, "policy": "cpu-demo tiny LM, choose mode, 1 torch thread",
+            "latency": f"{distribution} {latency} ms", "eval": dataclasses.asdict(demo_config().eval)}
+    runs: list[dict] = []
+    for seed in seeds:
+        for mode in ("lockstep", "async"):
+            runs.append(run_one(distribution, latency, mode, seed, steps, model_path, evaluate_before=True))
+            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
+            out.with_suffix(".md").write_text(learning_table(runs))
+            print(json.dumps(runs[-1]), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=2000, help="env steps of each training run")
+    parser.add_argument("--steps", type=int, help="env steps of each training run (default 2000; --learning: the "
+                        "demo's run.total_timesteps)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=str(RESULTS / "async_rollouts"))
     parser.add_argument("--cohorts-sweep", action="store_true",
@@ -172,6 +292,9 @@ def main() -> None:
     parser.add_argument("--staleness-sweep", action="store_true",
                         help="instead: algo.max_staleness 0 against 1 at one latency (to "
                              "results/async_staleness.{json,md})")
+    parser.add_argument("--learning", action="store_true",
+                        help="instead: what lockstep and async learn at exponential 50 ms (to "
+                             "results/async_rollouts_learning.{json,md})")
     parser.add_argument("--latency", type=int, default=50, help="staleness sweep: the env's latency (ms)")
     parser.add_argument("--distribution", choices=("fixed", "exponential"), default="fixed",
                         help="staleness sweep: the latency's distribution")
@@ -188,6 +311,11 @@ def main() -> None:
                             num_layers=1, num_heads=2)
     out = Path(args.out)
     runs: list[dict] = []
+    if args.learning:
+        learning(args.steps or demo_config().run.total_timesteps, args.seeds, model_path,
+                 out.with_name(out.name + "_learning"))
+        return
+    args.steps = args.steps or 2000
     if args.staleness_sweep:
         out = out.with_name("async_staleness")
         meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
@@ -205,7 +333,7 @@ def main() -> None:
         out = out.with_name(out.name + "_cohorts")
         for latency in (20, 50):
             for seed in args.seeds:
-                for mode, cohorts in (("lockstep", ASYNC_COHORTS), ("async", 2), ("async", 4), ("async", 8)):
+                for mode, cohorts in (("lockstep", None), ("async", 2), ("async", 4), ("async", 8)):
                     runs.append(run_one("fixed", latency, mode, seed, args.steps, model_path, cohorts))
                     out.with_suffix(".json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
                     out.with_suffix(".md").write_text(cohort_table(runs))
