@@ -215,8 +215,10 @@ class LLMPolicy(AdapterFilesMixin):
 
         ``sample_seeds`` (one per env) make each env's sample its own: in choose mode an env's action
         is drawn from a generator seeded by its seed, so it does not depend on which other envs share
-        the call (the asynchronous rollout relies on it); in generate mode the call's sampler seed is
-        derived from them (the same envs in one call sample the same). Default: the policy's generator.
+        the call (the asynchronous rollout relies on it); in generate mode each reply is sampled from its
+        env's seed on the vLLM sampler (the same independence), while the HF sampler draws a call's
+        replies from one generator seeded by all of them (the same envs in one call sample the same).
+        Default: the policy's generator.
         """
         if not (len(observations) == len(infos) == len(histories)):
             raise ValueError(f"got {len(observations)} observations, {len(infos)} infos, {len(histories)} histories")
@@ -286,11 +288,12 @@ class LLMPolicy(AdapterFilesMixin):
                   deterministic: bool, sample_seeds: Sequence[int] | None = None) -> list[ActionSample]:
         """Replies from the sampler, parsed into actions (each env's ``action_format`` under
         ``action_parser="auto"``), with the behaviour log-probs of their tokens."""
-        if sample_seeds is not None:  # one sampler call for all rows: its seed follows the rows' seeds
-            seed = int(np.random.SeedSequence([int(s) for s in sample_seeds]).generate_state(1)[0] >> 1)
+        if sample_seeds is not None:  # each row's own seed
+            seeds = [int(s) for s in sample_seeds]
         else:  # the sampler's randomness follows the policy's generator
-            seed = int(self._rng.integers(2**31 - 1))
-        completions = self.sampler.generate(prompts, self.temperature, self.config.max_new_tokens, deterministic, seed)
+            first = int(self._rng.integers(2**31 - 1))
+            seeds = [first + k for k in range(len(prompts))]
+        completions = self.sampler.generate(prompts, self.temperature, self.config.max_new_tokens, deterministic, seeds)
         replies = [c.token_ids for c in completions]
         recompute = not isinstance(self.sampler,
                                    HFSampler) and not self.config.sampler.trust_logprobs and not deterministic

