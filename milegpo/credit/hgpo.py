@@ -80,19 +80,19 @@ def history_groups_by_level(batch: StepBatch, graph: TaskGraph, levels: list[int
     nodes = graph.row_src[order]  # the node of s_t: its task and state key in one id
     starts = segment_starts(batch.traj_ids[order])
     pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    runs = _row_runs(graph.row_task[order])
+    run_starts = _run_starts(graph.row_task[order])
     groups_by_level = []
     groups = np.full(len(order), -1, dtype=np.int64)
     for k in range(1, max(levels, default=0) + 1):
         # the level-k suffix ending at j is the level-(k-1) suffix ending at j-1, plus s_j
-        eligible = pos + 1 >= k
-        codes = nodes if k == 1 else np.r_[-1, groups[:-1]] * graph.num_nodes + nodes
+        rows = np.flatnonzero(pos + 1 >= k)
+        codes = nodes[rows] if k == 1 else groups[rows - 1] * graph.num_nodes + nodes[rows]
         groups = np.full(len(order), -1, dtype=np.int64)
+        bounds = np.searchsorted(rows, run_starts).tolist()  # each run's rows: a slice of ``rows``
         offset = 0
-        for low, high in runs:
-            run_eligible = np.flatnonzero(eligible[low:high]) + low
-            ids = _first_seen_ids(codes[run_eligible])
-            groups[run_eligible] = ids + offset
+        for low, high in zip(bounds[:-1], bounds[1:]):
+            ids = _first_seen_ids(codes[low:high])
+            groups[rows[low:high]] = ids + offset
             offset += int(ids.max(initial=-1)) + 1
         groups_by_level.append(groups)
     result = []
@@ -103,15 +103,14 @@ def history_groups_by_level(batch: StepBatch, graph: TaskGraph, levels: list[int
     return result
 
 
-def _row_runs(row_task: np.ndarray) -> list[tuple[int, int]]:
-    """``(low, high)`` slices of rows (in trajectory order) holding whole tasks, of about
-    :data:`~milegpo.credit.graph.INTERN_CHUNK_ENTRIES` rows each when the rows are grouped by task, else
-    one slice of all rows. Groups never join across tasks, so each slice is numbered on its own: sorts
+def _run_starts(row_task: np.ndarray) -> np.ndarray:
+    """The first row of each run of whole tasks (rows in trajectory order), and the number of rows: runs
+    of about :data:`~milegpo.credit.graph.INTERN_CHUNK_ENTRIES` rows when the rows are grouped by task,
+    else one run of all rows. Groups never join across tasks, so each run is numbered on its own: sorts
     of a few thousand codes stay in the CPU cache, where one sort of a million did not."""
     if len(row_task) <= graph_module.INTERN_CHUNK_ENTRIES or np.any(row_task[1:] < row_task[:-1]):
-        return [(0, len(row_task))]
-    cuts = graph_module.task_runs(row_task)
-    return list(zip(cuts.tolist(), np.r_[cuts[1:], len(row_task)].tolist()))
+        return np.array([0, len(row_task)])
+    return np.r_[graph_module.task_runs(row_task), len(row_task)]
 
 
 def _first_seen_ids(codes: np.ndarray) -> np.ndarray:
@@ -161,9 +160,9 @@ def hgpo(batch: StepBatch, config: HGPOConfig | None = None, graph: TaskGraph | 
     def add_level(k: int, value: np.ndarray, present: np.ndarray) -> None:
         used = present & (value != 0.0)
         weight = (k + 1.0) ** config.length_weight_alpha
-        weighted_sum[used] += weight * value[used]
-        weight_sum[used] += weight
-        levels_used[used] += 1
+        weighted_sum[:] += np.where(used, weight * value, 0.0)
+        weight_sum[:] += np.where(used, weight, 0.0)
+        levels_used[:] += used
 
     if config.base_group:
         add_level(0, episode_scores(batch, graph, config.norm, config.epsilon, config.upstream_exact),
