@@ -56,12 +56,14 @@ def discounted_returns(batch: StepBatch, gamma: float) -> np.ndarray:
     lengths = np.diff(np.r_[starts, len(order)])
     pos = np.arange(len(order)) - np.repeat(starts, lengths)
     traj = np.repeat(np.arange(len(starts)), lengths)
-    padded = np.zeros((len(starts), int(lengths.max(initial=0))))
-    padded[traj, pos] = batch.rewards[order]
-    for j in range(padded.shape[1] - 2, -1, -1):
-        padded[:, j] += gamma * padded[:, j + 1]
+    # (step, trajectory): each backward step reads and writes contiguous rows, which stays fast when the
+    # trajectories no longer fit the CPU's caches (a column of the transposed layout touched one cache line per value)
+    padded = np.zeros((int(lengths.max(initial=0)), len(starts)))
+    padded[pos, traj] = batch.rewards[order]
+    for j in range(padded.shape[0] - 2, -1, -1):
+        padded[j] += gamma * padded[j + 1]
     returns = np.empty(len(order))
-    returns[order] = padded[traj, pos]
+    returns[order] = padded[pos, traj]
     return returns
 
 
