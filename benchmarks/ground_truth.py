@@ -116,7 +116,12 @@ class CoinTracker(Tracker):
             (self.open.add if is_open else self.open.discard)(side)
 
     def observe(self, action: str | None, info: dict) -> None:
-        """Update the door states after ``action`` (None at reset) from the action and the room's text."""
+        """Update the door states after ``action`` (None at reset) from the action and the room's text.
+
+        A reset starts a new episode: the doors the previous episodes of the task opened are forgotten
+        (the tracker then knows what a fresh one would)."""
+        if action is None:
+            self.open.clear()
         room = self._room()
         for sentence in _EXIT.finditer(self.env.state_key()):
             text = sentence.group(0).lower()

@@ -65,6 +65,37 @@ def test_ground_truth_distance_is_consistent_along_random_walks(name, tasks):
                 d = d_next
 
 
+def test_a_coin_tracker_reused_across_episodes_gives_a_fresh_trackers_distances():
+    """Doors opened in one episode of a task are closed again at the next reset: a tracker that followed
+    earlier episodes must give every step of a new one the distance a fresh tracker gives."""
+    env, factory = ground_truth.make("coin")
+    rng = random.Random(1)
+    for task in range(4):
+        reused = factory(env, task)
+        for episode in range(3):
+            actions, done = [], False
+            _, info = env.reset(seed=task)
+            reused.observe(None, info)
+            seen = [reused.distance(info)]
+            while not done:
+                doors = [a for a in info["admissible_commands"] if a.startswith("open door")]
+                action = rng.choice(doors if doors and rng.random() < 0.5 else info["admissible_commands"])
+                _, _, terminated, truncated, info = env.step(action)
+                reused.observe(action, info)
+                actions.append(action)
+                seen.append(reused.distance(info))
+                done = terminated or truncated
+            fresh = factory(env, task)
+            _, info = env.reset(seed=task)
+            fresh.observe(None, info)
+            want = [fresh.distance(info)]
+            for action in actions:
+                _, _, _, _, info = env.step(action)
+                fresh.observe(action, info)
+                want.append(fresh.distance(info))
+            assert seen == want, (task, episode)
+
+
 def test_coin_distance_at_the_start_is_at_most_the_gold_path():
     env, factory = ground_truth.make("coin")
     gold_env = ground_truth.make_env(ground_truth.ENVS["coin"][0], gold_path=True, **ground_truth.ENVS["coin"][1])
