@@ -19,13 +19,14 @@ from milegpo.config import AlgoConfig
 TIMING = ("time/", "update_s", "_per_s")
 
 
-def train(model_path: str, tmp_path: Path, rollout: str, n_workers: int = 4) -> list[dict[str, str]]:
+def train(model_path: str, tmp_path: Path, rollout: str, n_workers: int = 4, mode: str = "choose"
+          ) -> list[dict[str, str]]:
     env = make_vec_env("milegpo/House-v0", n_tasks=2, group_size=4, seed=0, subprocess=True, n_workers=n_workers,
                        env_kwargs={"max_episode_steps": 10})
     model = MileGPO("LLMPolicy", env, seed=0, learning_rate=3e-3, kl_coef=0.0, rollout=rollout,
-                    per_env_sampling=True, policy_kwargs={"model": model_path, "mode": "choose",
+                    per_env_sampling=True, policy_kwargs={"model": model_path, "mode": mode, "max_new_tokens": 8,
                                                           "lora": {"r": 4, "alpha": 8}})
-    folder = tmp_path / rollout
+    folder = tmp_path / f"{rollout}-{mode}"
     model.set_logger(configure(str(folder), ["csv"]))
     try:
         model.learn(160)
@@ -34,8 +35,12 @@ def train(model_path: str, tmp_path: Path, rollout: str, n_workers: int = 4) -> 
     return list(csv.DictReader(open(folder / "progress.csv")))
 
 
-def test_async_records_what_lockstep_records(model_path: str, tmp_path: Path) -> None:
-    lockstep, overlapped = train(model_path, tmp_path, "lockstep"), train(model_path, tmp_path, "async")
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_async_records_what_lockstep_records(model_path: str, tmp_path: Path, mode: str) -> None:
+    """Each env sampling from its own stream, async records lockstep's actions, episodes and credit; in
+    generate mode too (the HF sampler draws each reply from its env's own stream)."""
+    lockstep = train(model_path, tmp_path, "lockstep", mode=mode)
+    overlapped = train(model_path, tmp_path, "async", mode=mode)
     assert len(lockstep) == len(overlapped) >= 2
     for want, got in zip(lockstep, overlapped):
         keys = [k for k in want if not any(t in k for t in TIMING) and want[k]]

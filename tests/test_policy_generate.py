@@ -45,6 +45,37 @@ def test_sampling_is_seeded_and_greedy_is_deterministic(tiny_dir):
     assert greedy[0].action_ids == greedy[1].action_ids == greedy[2].action_ids
 
 
+def test_an_env_seeded_reply_does_not_depend_on_the_other_rows_of_the_call(tiny_dir):
+    """With one seed per env (``sample_seeds``), the HF sampler draws each row from its own stream: a
+    reply is the same alone, in a batch of other prompts or in another position; another seed changes it."""
+    policy = make_policy(tiny_dir, seed=1)
+    observations = ["you are in the hall .", "you see a red box", "go to kitchen", "x"]
+    seeds = [101, 202, 303, 404]
+    batched = policy.act(observations, [INFO] * 4, [[]] * 4, sample_seeds=seeds)
+    for i in range(4):
+        alone = policy.act([observations[i]], [INFO], [[]], sample_seeds=[seeds[i]])[0]
+        assert alone.action_ids == batched[i].action_ids
+        np.testing.assert_allclose(alone.old_logprobs, batched[i].old_logprobs, atol=1e-5)
+    reordered = policy.act(observations[::-1], [INFO] * 4, [[]] * 4, sample_seeds=seeds[::-1])
+    assert [s.action_ids for s in reordered[::-1]] == [s.action_ids for s in batched]
+    others = policy.act(observations, [INFO] * 4, [[]] * 4, sample_seeds=[s + 1 for s in seeds])
+    assert [s.action_ids for s in others] != [s.action_ids for s in batched]
+
+
+def test_inverse_cdf_sampling_draws_from_the_distribution():
+    from milegpo.policies.sampling import inverse_cdf_sample
+
+    log_probs = torch.log_softmax(torch.tensor([[2.0, 0.0, -1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]), -1)
+    uniforms = torch.as_tensor(np.random.default_rng(0).random((20000, 2)))
+    counts = np.zeros((2, 4))
+    for u in uniforms:
+        counts[[0, 1], inverse_cdf_sample(log_probs, u).numpy()] += 1
+    np.testing.assert_allclose(counts / 20000, log_probs.exp().numpy(), atol=0.015)  # ~4 standard errors
+    impossible = torch.log(torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]]))  # zero-probability tokens are never drawn
+    draws = {int(inverse_cdf_sample(impossible, torch.tensor([u]))) for u in (0.0, 0.25, 0.5, 0.75, 1 - 1e-12, 1.0)}
+    assert draws == {1, 3}  # 1.0: a float32 uniform rounded up, still below the total
+
+
 def test_learns_tagged_answer_and_stops_at_close_tag(tiny_dir):
     """A few LoRA steps on one reply: greedy decoding then reproduces it and stops at </action>."""
     torch.manual_seed(0)

@@ -18,10 +18,10 @@ With ``stream_seed``, the ``k``-th action of env ``i`` is sampled from its own g
 seeded by ``(stream_seed, i, k)`` (``per_env_sampling``): in choose mode an env's actions
 then depend only on its own observations, not on which envs share a call, and both loops
 record the same steps. The asynchronous loop's batches depend on when workers answer, so it
-always samples this way. In generate mode the vLLM sampler samples each request from its env's
-seed (the same independence); the HF sampler draws a call's replies from one generator seeded by
-its envs' seeds, so there an env's reply depends on which envs share its call (timing: an async
-run is not reproducible).
+always samples this way. In generate mode both samplers draw each reply from its env's seed (the
+HF sampler from the env's own stream of uniforms, vLLM from the request's seed), so there too an
+env's replies do not depend on which envs share its call, up to the float noise batching adds to
+the logits.
 """
 
 from __future__ import annotations

@@ -216,9 +216,8 @@ class LLMPolicy(AdapterFilesMixin):
         ``sample_seeds`` (one per env) make each env's sample its own: in choose mode an env's action
         is drawn from a generator seeded by its seed, so it does not depend on which other envs share
         the call (the asynchronous rollout relies on it); in generate mode each reply is sampled from its
-        env's seed on the vLLM sampler (the same independence), while the HF sampler draws a call's
-        replies from one generator seeded by all of them (the same envs in one call sample the same).
-        Default: the policy's generator.
+        env's seed, by either sampler (the same independence, up to the float noise batching adds to the
+        logits). Default: the policy's generator.
         """
         if not (len(observations) == len(infos) == len(histories)):
             raise ValueError(f"got {len(observations)} observations, {len(infos)} infos, {len(histories)} histories")

@@ -37,9 +37,15 @@ class Completion:
     logprobs: np.ndarray
 
 
-def call_seed(seeds: Sequence[int]) -> int:
-    """One seed for a call from its rows' seeds (for a sampler whose batch shares one generator)."""
-    return int(np.random.SeedSequence([int(s) for s in seeds]).generate_state(1)[0] >> 1)
+def inverse_cdf_sample(log_probs: th.Tensor, uniforms: th.Tensor) -> th.Tensor:
+    """One token per row of ``log_probs`` (B, V), drawn by inverting the row's CDF at its uniform in
+    ``uniforms`` (B,, in [0, 1)): a row's token depends on its own distribution and uniform only. The
+    CDF is summed in float64 and the point kept strictly below its total, so the token found is the
+    first whose CDF exceeds the point: never one of probability 0, whatever the rounding."""
+    cdf = log_probs.double().exp().cumsum(-1)
+    total = cdf[:, -1:]
+    point = th.minimum(uniforms.to(cdf.dtype).unsqueeze(-1) * total, th.nextafter(total, th.zeros_like(total)))
+    return th.searchsorted(cdf, point, right=True).squeeze(-1)
 
 
 class Sampler(ABC):
@@ -49,8 +55,8 @@ class Sampler(ABC):
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
                  deterministic: bool, seeds: Sequence[int]) -> list[Completion]:
         """One reply per prompt; greedy when ``deterministic``, else sampled reproducibly from ``seeds``
-        (one per prompt: a sampler that can draw each reply from its own seed, as vLLM does, makes a
-        reply independent of the other prompts of the call)."""
+        (one per prompt: each reply is drawn from its own seed, so it does not depend on the other
+        prompts of the call; the asynchronous rollout relies on it)."""
 
     def before_update(self) -> None:  # noqa: B027  an optional hook: a no-op unless the sampler needs it
         """The trainer is about to update the weights (an engine may free its memory meanwhile)."""
@@ -86,26 +92,28 @@ class HFSampler(Sampler):
 
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
                  deterministic: bool, seeds: Sequence[int]) -> list[Completion]:
-        """See :meth:`Sampler.generate`. The batch samples from one generator, seeded by all the rows'
-        seeds together: the same prompts and seeds in one call give the same replies, but a reply
-        depends on the other rows of its call."""
+        """See :meth:`Sampler.generate`. Each row draws its ``t``-th token from the ``t``-th number of its
+        own stream (a generator seeded by the row's seed) by :func:`inverse_cdf_sample`: a reply depends
+        on its own prompt and seed, not on the other rows of the call (up to the float noise that
+        batching adds to the logits)."""
         device = next(self.model.parameters()).device
         n = len(prompts)
         ids, mask = pad_rows(prompts, self.pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         cache, next_pos = output_cache(out), positions[:, -1:] + 1
-        generator = th.Generator(device=device).manual_seed(call_seed(seeds))
+        streams = None if deterministic else np.stack([np.random.default_rng(int(s)).random(max_new_tokens)
+                                                       for s in seeds])
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         running = list(range(n))  # original row of each batch row
         finished: set[int] = set()  # rows done but still in the batch (until the next compaction)
         for step in range(max_new_tokens):
             log_probs = th.log_softmax(out.logits[:, -1].float() / temperature, dim=-1)
-            if deterministic:
+            if streams is None:
                 token = log_probs.argmax(-1)
             else:
-                token = th.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+                token = inverse_cdf_sample(log_probs, th.as_tensor(streams[running, step], device=device))
             token_logp = log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
             sampled, sampled_logp = token.tolist(), token_logp.tolist()  # the one host transfer of the step
             keep = []
