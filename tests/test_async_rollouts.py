@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import logging
+import threading
+import time
 from pathlib import Path
 
 import hostile_envs  # noqa: F401  registers hostile/Counting-v0
@@ -14,7 +16,9 @@ import pytest
 from stable_baselines3.common.logger import configure
 
 from milegpo import MileGPO, make_vec_env
+from milegpo.algos.rollout import RolloutStep, play_episodes_async
 from milegpo.config import AlgoConfig
+from milegpo.contracts import ActingPolicy
 
 TIMING = ("time/", "update_s", "_per_s")
 
@@ -67,3 +71,55 @@ def test_async_needs_per_env_sampling() -> None:
     with pytest.raises(ValueError, match="algo.rollout=async samples per env"):
         AlgoConfig(rollout="async", per_env_sampling=False)
     assert AlgoConfig(rollout="async").samples_per_env and not AlgoConfig().samples_per_env
+
+
+class SlowPolicy:
+    """A real policy that takes ``seconds`` more per call (a slower model): the workers it sent
+    actions to answer while it acts for the next batch."""
+
+    def __init__(self, policy: ActingPolicy, seconds: float) -> None:
+        self.policy, self.seconds = policy, seconds
+        self.temperature = policy.temperature
+
+    def act(self, *args, **kwargs):
+        time.sleep(self.seconds)
+        return self.policy.act(*args, **kwargs)
+
+    def set_training_mode(self, mode: bool) -> None:
+        self.policy.set_training_mode(mode)
+
+    def history_text(self, sample) -> str:
+        return self.policy.history_text(sample)
+
+    def seeded_sampling(self, seed: int):
+        return self.policy.seeded_sampling(seed)
+
+
+def test_async_rollout_stopped_by_a_step_ends_after_draining_the_steps_in_flight(model_path: str) -> None:
+    """A callback that stops training during an async rollout: the loop stops acting, receives the steps
+    in flight (without recording them) and returns False, even with a worker that answered just before
+    the stop still waiting to act (it looped forever on it before)."""
+    env = make_vec_env("milegpo/House-v0", n_tasks=1, group_size=4, seed=0, subprocess=True, n_workers=4)
+    model = MileGPO("LLMPolicy", env, seed=0, rollout="async", policy_kwargs={"model": model_path, "mode": "choose"})
+    answers: list[int] = []
+
+    def on_step(step: RolloutStep) -> bool:
+        answers.append(len(step.active))
+        return len(answers) < 2  # the second answer of the first batch of answers stops the rollout
+
+    result: list[bool] = []
+    try:
+        obs = env.reset()
+        # two batches of two workers; the second batch's act gives the first's workers time to answer
+        player = threading.Thread(target=lambda: result.append(play_episodes_async(
+            SlowPolicy(model.policy, 0.3), env, obs, env.reset_infos, deterministic=False, on_step=on_step,
+            stream_seed=0)), daemon=True)
+        player.start()
+        player.join(60)
+        assert not player.is_alive(), "the stopped async rollout never returned"
+    finally:
+        if not player.is_alive():
+            env.close()
+    assert result == [False]
+    assert answers == [1, 1]  # recorded up to the stop; the two steps in flight were received, not recorded
+    assert env.step_workers_ready(timeout=0) == []  # nothing left in flight: the vec env can reset

@@ -134,7 +134,7 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
     ready: deque[int] = deque(w for w, envs in enumerate(hosted) if active[envs].any())
     in_flight: dict[int, _InFlight] = {}
     stopped = False
-    while ready or in_flight:
+    while in_flight or (ready and not stopped):  # once stopped, only the steps in flight are drained
         if ready and not stopped:
             workers, envs = [ready.popleft()], []
             envs += [i for i in hosted[workers[0]] if active[i]]
