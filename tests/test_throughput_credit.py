@@ -172,3 +172,49 @@ def test_hgpo_summed_level_by_level_equals_the_levels_array(seed):
     assert got.diagnostics["mean_levels_used"] == mean_levels_used
     for name, value in level_values.items():
         np.testing.assert_array_equal(got.components[name], value)
+
+
+def previous_milestone_listing(graph: TaskGraph, ev: Any, top_k: int) -> dict[str, list[dict[str, Any]]]:
+    """The per-task milestones and traps of MileGPO's diagnostics, one node and one field at a time."""
+    from milegpo.credit.diagnostics import describe_state
+
+    out: dict[str, list[dict[str, Any]]] = {"milestones": [], "traps": []}
+    n_fail = graph.node_n_traj - graph.node_n_succ
+    for nodes, key, sink, describe in (
+        (np.flatnonzero(ev.milestone), ev.weight_plus, out["milestones"], lambda v: {
+            "score": float(ev.score0[v]), "score_pcc": float(ev.score_pcc[v]), "weight": float(ev.weight_plus[v]),
+            "kept": bool(ev.keep[v]), "lift": float(ev.lift[v]), "coverage": float(ev.coverage[v]),
+            "centrality": float(ev.centrality[v]), "bcc": float(ev.bcc[v]),
+            "progress": float(ev.psi_tilde[v]) if np.isfinite(ev.psi_tilde[v]) else None,
+            "n_success": int(graph.node_n_succ[v]), "n_visits": int(graph.node_n_traj[v]),
+            "d_goal": float(graph.dist_to_goal[v])}),
+        (np.flatnonzero(ev.trap), ev.score_trap, out["traps"], lambda v: {
+            "score": float(ev.score_trap[v]), "weight": float(ev.weight_minus[v]),
+            "n_fail": int(n_fail[v]), "n_revisit": int(graph.node_n_revisit[v])}),
+    ):
+        order = nodes[np.lexsort((-key[nodes], graph.node_task[nodes]))]
+        tasks = graph.node_task[order]
+        rank = np.arange(len(order)) - np.searchsorted(tasks, tasks)
+        for v in order[rank < top_k]:
+            sink.append({"task": int(graph.task_values[graph.node_task[v]]),
+                         "state": describe_state(graph.node_key[v]), **describe(v)})
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_milestone_listing_read_by_column_equals_the_per_node_listing(seed):
+    from milegpo.credit.milegpo import MileGPOConfig, milegpo, milestone_evidence
+
+    rng = np.random.default_rng(300 + seed)
+    config = MileGPOConfig(diagnostics_top_k=int(rng.integers(1, 5)))
+    want: dict[str, list[dict[str, Any]]] = {"milestones": [], "traps": []}
+    while not (want["milestones"] and want["traps"]):  # a batch with both to list
+        batch = random_batch(rng, tasks=int(rng.integers(1, 5)), group=int(rng.integers(2, 7)), horizon=12,
+                             n_states=int(rng.integers(2, 9)), n_actions=3)
+        graph = build_task_graph(batch, batch.success_mask(config.success_threshold))
+        want = previous_milestone_listing(graph, milestone_evidence(graph, config), config.diagnostics_top_k)
+    got = milegpo(batch, config, graph).diagnostics
+    for name in ("milestones", "traps"):
+        assert got[name] == want[name]
+        assert [list(entry) for entry in got[name]] == [list(entry) for entry in want[name]]  # same field order
+        assert all(type(a) is type(b) for g, w in zip(got[name], want[name]) for a, b in zip(g.values(), w.values()))

@@ -352,23 +352,30 @@ def _milestone_diagnostics(graph: TaskGraph, ev: MilestoneEvidence, top_k: int) 
     if top_k == 0:
         return out
     n_fail = graph.node_n_traj - graph.node_n_succ
-    for nodes, key, sink, describe in (
-        (np.flatnonzero(ev.milestone), ev.weight_plus, out["milestones"], lambda v: {
-            "score": float(ev.score0[v]), "score_pcc": float(ev.score_pcc[v]), "weight": float(ev.weight_plus[v]),
-            "kept": bool(ev.keep[v]), "lift": float(ev.lift[v]), "coverage": float(ev.coverage[v]),
-            "centrality": float(ev.centrality[v]), "bcc": float(ev.bcc[v]),
-            "progress": float(ev.psi_tilde[v]) if np.isfinite(ev.psi_tilde[v]) else None,
-            "n_success": int(graph.node_n_succ[v]), "n_visits": int(graph.node_n_traj[v]),
-            "d_goal": float(graph.dist_to_goal[v])}),
-        (np.flatnonzero(ev.trap), ev.score_trap, out["traps"], lambda v: {
-            "score": float(ev.score_trap[v]), "weight": float(ev.weight_minus[v]),
-            "n_fail": int(n_fail[v]), "n_revisit": int(graph.node_n_revisit[v])}),
-    ):
+    progress = np.where(np.isfinite(ev.psi_tilde), ev.psi_tilde, np.nan)
+    # (name, values, type): the fields of each listed node, read column by column (one list per field,
+    # not one numpy scalar per node and field: ~6,600 nodes for 1,100 tasks)
+    milestone_fields = (("score", ev.score0, float), ("score_pcc", ev.score_pcc, float),
+                        ("weight", ev.weight_plus, float), ("kept", ev.keep, bool), ("lift", ev.lift, float),
+                        ("coverage", ev.coverage, float), ("centrality", ev.centrality, float),
+                        ("bcc", ev.bcc, float), ("progress", progress, float),
+                        ("n_success", graph.node_n_succ, int), ("n_visits", graph.node_n_traj, int),
+                        ("d_goal", graph.dist_to_goal, float))
+    trap_fields = (("score", ev.score_trap, float), ("weight", ev.weight_minus, float), ("n_fail", n_fail, int),
+                   ("n_revisit", graph.node_n_revisit, int))
+    listings = ((np.flatnonzero(ev.milestone), ev.weight_plus, out["milestones"], milestone_fields),
+                (np.flatnonzero(ev.trap), ev.score_trap, out["traps"], trap_fields))
+    for nodes, key, sink, fields in listings:
         # Best first within each task: sort by (task, -score), then take the first top_k of each task.
         order = nodes[np.lexsort((-key[nodes], graph.node_task[nodes]))]
         tasks = graph.node_task[order]
         rank = np.arange(len(order)) - np.searchsorted(tasks, tasks)
-        for v in order[rank < top_k]:
-            sink.append({"task": int(graph.task_values[graph.node_task[v]]),
-                         "state": describe_state(graph.node_key[v]), **describe(v)})
+        listed = order[rank < top_k]
+        columns = {"task": graph.task_values[graph.node_task[listed]].astype(int).tolist(),
+                   "state": [describe_state(k) for k in graph.node_key[listed].tolist()]}
+        for name, values, kind in fields:
+            columns[name] = values[listed].astype(kind).tolist()
+        if "progress" in columns:  # no incoming success edge: no progress
+            columns["progress"] = [None if x != x else x for x in columns["progress"]]
+        sink.extend(dict(zip(columns, row)) for row in zip(*columns.values()))
     return out
