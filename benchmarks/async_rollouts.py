@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from milegpo.run.config import TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
-LATENCIES = [("fixed", 20), ("fixed", 50), ("fixed", 200), ("exponential", 20), ("exponential", 50),
+LATENCIES = [("fixed", 0), ("fixed", 20), ("fixed", 50), ("fixed", 200), ("exponential", 20), ("exponential", 50),
              ("exponential", 200)]
 LEARNING_LATENCY = ("exponential", 50)  # where async is ~2.9x as fast as lockstep
 
@@ -140,12 +140,14 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
                         **preset_section(DEMO_PRESET, "algo"),
                         policy_kwargs={"model": model_path, **preset_section(DEMO_PRESET, "policy")})
         before = held_out_success(model, seed) if evaluate_before else None
+        calls = PolicyCallCounter(model)
         with tempfile.TemporaryDirectory() as folder:
             model.set_logger(configure(folder, ["csv"]))
             learn_start = time.perf_counter()
             model.learn(steps)
             learn_s = time.perf_counter() - learn_start
             rows = list(csv.DictReader(open(Path(folder) / "progress.csv")))
+        calls.stop()
         after = held_out_success(model, seed)
     finally:
         env.close()
@@ -156,6 +158,7 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
     play_episodes_async.__kwdefaults__["cohorts"] = ASYNC_COHORTS
     return {"distribution": distribution, "latency_ms": latency_ms, "mode": mode, "cohorts": cohorts, "seed": seed,
             "steps": steps, "max_staleness": max_staleness, "iterations": model.iterations,
+            "policy_calls": calls.calls, "policy_call_envs": calls.envs, "policy_call_s": calls.seconds,
             "env_steps_per_s": statistics.median(speeds), "rollout_s": rollout_s, "update_s": update_s,
             "learn_s": learn_s, "env_steps_per_learn_s": model.num_timesteps / learn_s, "policy_lags": lags,
             "wall_s": time.perf_counter() - wall_start, "cpu_s": time.process_time() - cpu_start,
@@ -164,10 +167,34 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
             "load": [load_start, os.getloadavg()[0]]}
 
 
+class PolicyCallCounter:
+    """Counts the policy's ``act`` calls of a training run (rollouts only: evaluation is outside it), the
+    envs they acted for and their wall time: async splits a round into more, smaller calls, and each
+    call has a fixed cost beside its per-env one."""
+
+    def __init__(self, model: MileGPO) -> None:
+        self.policy, self.act = model.policy, model.policy.act
+        self.calls, self.envs, self.seconds = 0, 0, 0.0
+
+        def counted(observations, *args, **kwargs):
+            start = time.perf_counter()
+            samples = self.act(observations, *args, **kwargs)
+            self.calls, self.envs, self.seconds = self.calls + 1, self.envs + len(observations), \
+                self.seconds + time.perf_counter() - start
+            return samples
+
+        self.policy.act = counted
+
+    def stop(self) -> None:
+        del self.policy.act  # the class's method again
+
+
 def table(runs: list[dict]) -> str:
-    """The markdown table: per latency, each mode's median speed, the speed-up and held-out success."""
-    lines = ["| latency | lockstep env steps/s | async env steps/s | speed-up | held-out success lockstep / async |",
-             "|---|---|---|---|---|"]
+    """The markdown table: per latency, each mode's median speed, the speed-up, the policy's calls and
+    their mean size (medians over seeds), and held-out success."""
+    lines = ["| latency | lockstep env steps/s | async env steps/s | speed-up | policy calls: envs per call, ms per "
+             "call, lockstep / async | held-out success lockstep / async |",
+             "|---|---|---|---|---|---|"]
     for distribution, latency in LATENCIES:
         got = {mode: [r for r in runs if (r["distribution"], r["latency_ms"], r["mode"]) == (distribution, latency,
                                                                                            mode)]
@@ -176,8 +203,12 @@ def table(runs: list[dict]) -> str:
             continue
         speed = {mode: statistics.median(r["env_steps_per_s"] for r in got[mode]) for mode in got}
         success = {mode: "[" + ", ".join(f"{r['held_out_success']:.2f}" for r in got[mode]) + "]" for mode in got}
+        calls = {mode: (f"{statistics.median(r['policy_call_envs'] / r['policy_calls'] for r in got[mode]):.1f} envs, "
+                        f"{statistics.median(1000 * r['policy_call_s'] / r['policy_calls'] for r in got[mode]):.1f} ms")
+                 if all(r.get("policy_calls") for r in got[mode]) else "" for mode in got}
         lines.append(f"| {distribution} {latency} ms | {speed['lockstep']:.0f} | {speed['async']:.0f} | "
-                     f"{speed['async'] / speed['lockstep']:.2f}x | {success['lockstep']} / {success['async']} |")
+                     f"{speed['async'] / speed['lockstep']:.2f}x | {calls['lockstep']} / {calls['async']} | "
+                     f"{success['lockstep']} / {success['async']} |")
     return "\n".join(lines) + "\n"
 
 
