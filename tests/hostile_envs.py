@@ -93,8 +93,20 @@ class SlowFirstResetEnv(CountingEnv):
         return super()._reset(seed, options)
 
 
+class SlowStepEnv(CountingEnv):
+    """Each step waits ``latency`` seconds (an env behind a server or a tool call)."""
+
+    def __init__(self, latency: float = 0.3, **kwargs):
+        super().__init__(**kwargs)
+        self.latency = latency
+
+    def _step(self, action):
+        time.sleep(self.latency)
+        return super()._step(action)
+
+
 for _name in ("Counting", "IntObservation", "NaNReward", "BrokenReset", "BrokenStep", "NoCommands", "HangOnce",
-              "WizardRole", "SlowFirstReset"):
+              "WizardRole", "SlowFirstReset", "SlowStep"):
     register_env(f"hostile/{_name}-v0", globals()[f"{_name}Env"], max_episode_steps=8)
 
 

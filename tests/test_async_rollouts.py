@@ -16,7 +16,7 @@ import pytest
 from stable_baselines3.common.logger import configure
 
 from milegpo import MileGPO, make_vec_env
-from milegpo.algos.rollout import RolloutStep, play_episodes_async
+from milegpo.algos.rollout import FAST_ENV_CALLS, RolloutStep, _Pacing, play_episodes_async
 from milegpo.config import AlgoConfig
 from milegpo.contracts import ActingPolicy
 
@@ -75,15 +75,17 @@ def test_async_needs_per_env_sampling() -> None:
 
 class SlowPolicy:
     """A real policy that takes ``seconds`` more per call (a slower model): the workers it sent
-    actions to answer while it acts for the next batch."""
+    actions to answer while it acts for the next batch. ``calls``: how many envs each call acted for."""
 
     def __init__(self, policy: ActingPolicy, seconds: float) -> None:
         self.policy, self.seconds = policy, seconds
         self.temperature = policy.temperature
+        self.calls: list[int] = []
 
-    def act(self, *args, **kwargs):
+    def act(self, observations, *args, **kwargs):
+        self.calls.append(len(observations))
         time.sleep(self.seconds)
-        return self.policy.act(*args, **kwargs)
+        return self.policy.act(observations, *args, **kwargs)
 
     def set_training_mode(self, mode: bool) -> None:
         self.policy.set_training_mode(mode)
@@ -123,3 +125,53 @@ def test_async_rollout_stopped_by_a_step_ends_after_draining_the_steps_in_flight
     assert result == [False]
     assert answers == [1, 1]  # recorded up to the stop; the two steps in flight were received, not recorded
     assert env.step_workers_ready(timeout=0) == []  # nothing left in flight: the vec env can reset
+
+
+def async_rollout_calls(model_path: str, env_id: str, policy_seconds: float) -> tuple[list[int], int]:
+    """One async rollout of 8 envs in 8 workers: the envs each policy call acted for, and the rounds (the
+    most steps any env played)."""
+    env = make_vec_env(env_id, n_tasks=1, group_size=8, seed=0, subprocess=True, n_workers=8)
+    model = MileGPO("LLMPolicy", env, seed=0, rollout="async", policy_kwargs={"model": model_path, "mode": "choose"})
+    policy = SlowPolicy(model.policy, policy_seconds)
+    steps = np.zeros(8, dtype=int)
+
+    def on_step(step: RolloutStep) -> None:
+        steps[step.active] += 1
+
+    try:
+        obs = env.reset()
+        assert play_episodes_async(policy, env, obs, env.reset_infos, deterministic=False, on_step=on_step,
+                                   stream_seed=0)
+    finally:
+        env.close()
+    return policy.calls, int(steps.max())
+
+
+def test_async_with_envs_faster_than_the_policy_acts_for_every_env_at_once(model_path: str) -> None:
+    """Envs that answer while the policy acts have nothing to overlap: after FAST_ENV_CALLS calls that saw
+    every env in flight answer, the loop plays rounds of one call for all envs, as lockstep does (it made
+    about two calls of half the envs per round before)."""
+    calls, rounds = async_rollout_calls(model_path, "hostile/Counting-v0", policy_seconds=0.05)
+    assert rounds >= 5
+    assert calls[:2] == [4, 4]  # it starts overlapping: half the envs per call
+    assert len(calls) <= rounds + FAST_ENV_CALLS
+    assert max(calls[FAST_ENV_CALLS + 1:]) > 4  # then one call acts for more than a cohort
+
+
+def test_async_with_envs_slower_than_the_policy_keeps_overlapping(model_path: str) -> None:
+    calls, rounds = async_rollout_calls(model_path, "hostile/SlowStep-v0", policy_seconds=0.0)
+    assert rounds >= 5
+    assert max(calls) <= 4 and len(calls) >= 2 * rounds - 1  # half the envs per call, every round
+
+
+def test_pacing_overlaps_again_when_the_envs_slow_down() -> None:
+    pacing = _Pacing()
+    for seen in (True, True, False, True, True):  # a call whose envs had not all answered resets the count
+        pacing.after_call(all_answered=seen)
+    assert pacing.overlap
+    pacing.after_call(all_answered=True)
+    assert not pacing.overlap
+    pacing.after_round(env_seconds=0.01, call_seconds=0.1)  # envs still much faster than a call
+    assert not pacing.overlap
+    pacing.after_round(env_seconds=0.06, call_seconds=0.1)
+    assert pacing.overlap and pacing.fast_calls == 0

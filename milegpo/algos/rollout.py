@@ -101,6 +101,8 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
 
 #: the asynchronous loop acts for at most 1 / ASYNC_COHORTS of the active envs per policy call
 ASYNC_COHORTS = 2
+#: calls in a row by whose end every env in flight had answered: the envs are faster than the policy
+FAST_ENV_CALLS = 3
 
 
 @dataclass
@@ -111,6 +113,29 @@ class _InFlight:
     samples: list[ActionSample]
     infos: list[dict[str, Any]]
     policy_seconds: float
+
+
+@dataclass
+class _Pacing:
+    """Whether overlapping env steps with policy calls pays in this rollout.
+
+    It pays when an env step takes about as long as a policy call or longer. When every env in flight
+    has answered by the end of each of :data:`FAST_ENV_CALLS` calls in a row, the envs are faster
+    than the policy and the smaller calls of the overlap only add calls (each has a fixed cost): the
+    loop then acts for every env at once and waits for all of them, as lockstep does, until the envs
+    of a round take half a call or longer again."""
+
+    overlap: bool = True
+    fast_calls: int = 0
+
+    def after_call(self, all_answered: bool) -> None:
+        self.fast_calls = self.fast_calls + 1 if all_answered else 0
+        if self.fast_calls >= FAST_ENV_CALLS:
+            self.overlap = False
+
+    def after_round(self, env_seconds: float, call_seconds: float) -> None:
+        if env_seconds >= call_seconds / 2:
+            self.overlap, self.fast_calls = True, 0
 
 
 def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]],
@@ -124,7 +149,9 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
     / cohorts)`` instead of ``policy + env``), sends each worker its actions, and acts again for
     workers that answered in the meantime; when no worker is ready it waits for the first
     answer (or a worker's watchdog timeout: it is restarted and its episodes truncated, as in
-    lockstep). Each worker's answer is one :class:`RolloutStep`, recorded as it arrives.
+    lockstep). Each worker's answer is one :class:`RolloutStep`, recorded as it arrives. Envs
+    faster than the policy have nothing to overlap: the loop then plays rounds of one call for
+    every env, as lockstep does (:class:`_Pacing`), and overlaps again once they slow down.
     """
     obs, infos = obs.copy(), list(infos)  # each env's latest, updated as its worker answers
     histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
@@ -133,20 +160,28 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
     cap = max(1, -(-int(active.sum()) // cohorts))
     ready: deque[int] = deque(w for w, envs in enumerate(hosted) if active[envs].any())
     in_flight: dict[int, _InFlight] = {}
+    pacing = _Pacing()
+    round_sent, round_call = 0.0, 0.0  # without overlap: when the round's actions went out, its call's seconds
     stopped = False
     while in_flight or (ready and not stopped):  # once stopped, only the steps in flight are drained
-        if ready and not stopped:
+        if ready and not stopped and (pacing.overlap or not in_flight):
+            limit = cap if pacing.overlap else env.num_envs
             workers, envs = [ready.popleft()], []
             envs += [i for i in hosted[workers[0]] if active[i]]
-            while ready and len(envs) + int(active[hosted[ready[0]]].sum()) <= cap:
+            while ready and len(envs) + int(active[hosted[ready[0]]].sum()) <= limit:
                 workers.append(ready.popleft())
                 envs += [i for i in hosted[workers[-1]] if active[i]]
+            stepping = set(in_flight)  # the workers that step while the policy acts
             start = time.perf_counter()
             with th.no_grad():
                 samples = policy.act([obs[i] for i in envs], [infos[i] for i in envs], [histories[i] for i in envs],
                                      deterministic=deterministic,
                                      sample_seeds=sample_seeds(stream_seed, envs, [len(histories[i]) for i in envs]))
-            seconds = (time.perf_counter() - start) / len(envs)
+            round_sent = time.perf_counter()
+            round_call = round_sent - start
+            if pacing.overlap and stepping:
+                pacing.after_call(stepping <= set(env.step_workers_ready(timeout=0)))
+            seconds = round_call / len(envs)
             by_env = dict(zip(envs, samples))
             for w in workers:
                 mine = [i for i in hosted[w] if active[i]]
@@ -171,6 +206,8 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
                 stopped = True  # drain the steps in flight, so the vec env is left consistent
             if not stopped and active[hosted[w]].any():
                 ready.append(w)
+        if not pacing.overlap and not in_flight:  # a round of one call ended: have the envs slowed down?
+            pacing.after_round(time.perf_counter() - round_sent, round_call)
     return not stopped
 
 
