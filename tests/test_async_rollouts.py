@@ -171,7 +171,7 @@ def test_pacing_overlaps_again_when_the_envs_slow_down() -> None:
     assert pacing.overlap
     pacing.after_call(all_answered=True)
     assert not pacing.overlap
-    pacing.after_round(env_seconds=0.01, call_seconds=0.1)  # envs still much faster than a call
+    pacing.after_round(waited_seconds=0.01, call_seconds=0.1)  # envs still much faster than a call
     assert not pacing.overlap
-    pacing.after_round(env_seconds=0.06, call_seconds=0.1)
+    pacing.after_round(waited_seconds=0.06, call_seconds=0.1)
     assert pacing.overlap and pacing.fast_calls == 0

@@ -123,7 +123,7 @@ class _Pacing:
     has answered by the end of each of :data:`FAST_ENV_CALLS` calls in a row, the envs are faster
     than the policy and the smaller calls of the overlap only add calls (each has a fixed cost): the
     loop then acts for every env at once and waits for all of them, as lockstep does, until the envs
-    of a round take half a call or longer again."""
+    of a round keep the loop waiting for half a call or longer again."""
 
     overlap: bool = True
     fast_calls: int = 0
@@ -133,8 +133,8 @@ class _Pacing:
         if self.fast_calls >= FAST_ENV_CALLS:
             self.overlap = False
 
-    def after_round(self, env_seconds: float, call_seconds: float) -> None:
-        if env_seconds >= call_seconds / 2:
+    def after_round(self, waited_seconds: float, call_seconds: float) -> None:
+        if waited_seconds >= call_seconds / 2:
             self.overlap, self.fast_calls = True, 0
 
 
@@ -161,7 +161,7 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
     ready: deque[int] = deque(w for w, envs in enumerate(hosted) if active[envs].any())
     in_flight: dict[int, _InFlight] = {}
     pacing = _Pacing()
-    round_sent, round_call = 0.0, 0.0  # without overlap: when the round's actions went out, its call's seconds
+    round_waited, round_call = 0.0, 0.0  # without overlap: the round's wait for its envs, its call's seconds
     stopped = False
     while in_flight or (ready and not stopped):  # once stopped, only the steps in flight are drained
         if ready and not stopped and (pacing.overlap or not in_flight):
@@ -177,8 +177,8 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
                 samples = policy.act([obs[i] for i in envs], [infos[i] for i in envs], [histories[i] for i in envs],
                                      deterministic=deterministic,
                                      sample_seeds=sample_seeds(stream_seed, envs, [len(histories[i]) for i in envs]))
-            round_sent = time.perf_counter()
-            round_call = round_sent - start
+            round_call = time.perf_counter() - start
+            round_waited = 0.0
             if pacing.overlap and stepping:
                 pacing.after_call(stepping <= set(env.step_workers_ready(timeout=0)))
             seconds = round_call / len(envs)
@@ -189,7 +189,10 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
                 in_flight[w] = _InFlight(mine, [by_env[i] for i in mine], [infos[i] for i in mine],
                                          seconds * len(mine))
             continue  # act for any other ready worker before waiting: its envs then step beside these
-        for w in env.step_workers_ready():
+        waiting = time.perf_counter()
+        answered = env.step_workers_ready()
+        round_waited += time.perf_counter() - waiting
+        for w in answered:
             flight = in_flight.pop(w)
             stepped, rewards, dones, new_infos = env.step_worker_recv(w)
             new_obs = env.observations
@@ -207,7 +210,7 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
             if not stopped and active[hosted[w]].any():
                 ready.append(w)
         if not pacing.overlap and not in_flight:  # a round of one call ended: have the envs slowed down?
-            pacing.after_round(time.perf_counter() - round_sent, round_call)
+            pacing.after_round(round_waited, round_call)
     return not stopped
 
 
