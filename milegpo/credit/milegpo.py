@@ -92,6 +92,7 @@ potential still shapes them).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -352,13 +353,12 @@ def _milestone_diagnostics(graph: TaskGraph, ev: MilestoneEvidence, top_k: int) 
     if top_k == 0:
         return out
     n_fail = graph.node_n_traj - graph.node_n_succ
-    progress = np.where(np.isfinite(ev.psi_tilde), ev.psi_tilde, np.nan)
     # (name, values, type): the fields of each listed node, read column by column (one list per field,
     # not one numpy scalar per node and field: ~6,600 nodes for 1,100 tasks)
     milestone_fields = (("score", ev.score0, float), ("score_pcc", ev.score_pcc, float),
                         ("weight", ev.weight_plus, float), ("kept", ev.keep, bool), ("lift", ev.lift, float),
                         ("coverage", ev.coverage, float), ("centrality", ev.centrality, float),
-                        ("bcc", ev.bcc, float), ("progress", progress, float),
+                        ("bcc", ev.bcc, float), ("progress", ev.psi_tilde, float),
                         ("n_success", graph.node_n_succ, int), ("n_visits", graph.node_n_traj, int),
                         ("d_goal", graph.dist_to_goal, float))
     trap_fields = (("score", ev.score_trap, float), ("weight", ev.weight_minus, float), ("n_fail", n_fail, int),
@@ -375,7 +375,7 @@ def _milestone_diagnostics(graph: TaskGraph, ev: MilestoneEvidence, top_k: int) 
                    "state": [describe_state(k) for k in graph.node_key[listed].tolist()]}
         for name, values, kind in fields:
             columns[name] = values[listed].astype(kind).tolist()
-        if "progress" in columns:  # no incoming success edge: no progress
-            columns["progress"] = [None if x != x else x for x in columns["progress"]]
+        if "progress" in columns:  # no incoming success edge (-inf): no progress
+            columns["progress"] = [x if math.isfinite(x) else None for x in columns["progress"]]
         sink.extend(dict(zip(columns, row)) for row in zip(*columns.values()))
     return out
