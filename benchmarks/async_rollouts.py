@@ -114,29 +114,28 @@ def held_out_success(model: MileGPO, seed: int) -> dict:
 
 def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int, model_path: str,
             cohorts: int | None = None, max_staleness: int = 0, evaluate_before: bool = False) -> dict:
-    """Train one run (async: acting for at most ``1 / cohorts`` of the envs per policy call, by default
-    the trainer's :data:`~milegpo.algos.rollout.ASYNC_COHORTS`; with
-    ``max_staleness`` 1 each rollout but the first played during the previous update); its rollout
-    and training speed, CPU time and held-out success (and, with ``evaluate_before``, that of the
-    untrained policy, outside the timed ``learn()``)."""
+    """Train one run (async: acting for at most ``1 / cohorts`` of the envs per policy call,
+    ``algo.async_cohorts``, by default the trainer's); with ``max_staleness`` 1 each rollout but the
+    first played during the previous update); its rollout and training speed, CPU time and held-out
+    success (and, with ``evaluate_before``, that of the untrained policy, outside the timed ``learn()``)."""
     import csv
     import functools
 
     from stable_baselines3.common.logger import configure
 
     from milegpo import MileGPO, make_vec_env
-    from milegpo.algos.rollout import ASYNC_COHORTS, play_episodes_async
+    from milegpo.config import AlgoConfig
     from milegpo.config.presets import preset_section
 
-    cohorts = cohorts or ASYNC_COHORTS
+    cohorts = cohorts or AlgoConfig().async_cohorts
 
     factory = functools.partial(LatencyHouse, latency_ms=latency_ms, distribution=distribution, split="train")
     env = make_vec_env(factory, n_tasks=4, group_size=8, seed=seed, subprocess=True, n_workers=32)
-    play_episodes_async.__kwdefaults__["cohorts"] = cohorts  # what the trainer's loop uses
     load_start = os.getloadavg()[0]
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     try:
-        model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, per_env_sampling=True, max_staleness=max_staleness,
+        model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, async_cohorts=cohorts, per_env_sampling=True,
+                        max_staleness=max_staleness,
                         **preset_section(DEMO_PRESET, "algo"),
                         policy_kwargs={"model": model_path, **preset_section(DEMO_PRESET, "policy")})
         before = held_out_success(model, seed) if evaluate_before else None
@@ -155,7 +154,6 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
     rollout_s = sum(float(r["time/rollout_s"]) for r in rows if r.get("time/rollout_s"))
     update_s = sum(float(r["time/update_s"]) for r in rows if r.get("time/update_s"))
     lags = [float(r["rollout/policy_lag"]) for r in rows if r.get("rollout/policy_lag")]
-    play_episodes_async.__kwdefaults__["cohorts"] = ASYNC_COHORTS
     return {"distribution": distribution, "latency_ms": latency_ms, "mode": mode, "cohorts": cohorts, "seed": seed,
             "steps": steps, "max_staleness": max_staleness, "iterations": model.iterations,
             "policy_calls": calls.calls, "policy_call_envs": calls.envs, "policy_call_s": calls.seconds,
@@ -213,17 +211,27 @@ def table(runs: list[dict]) -> str:
 
 
 def cohort_table(runs: list[dict]) -> str:
-    """The markdown table of the cohort sweep: env steps/s (median over seeds) and CPU seconds per run."""
-    from milegpo.algos.rollout import ASYNC_COHORTS
-
-    lines = ["| fixed latency | lockstep | async, 2 cohorts | async, 4 cohorts | async, 8 cohorts |",
-             "|---|---|---|---|---|"]
+    """The markdown table of a cohort sweep: per fixed latency, lockstep's and each cohort count's env steps/s
+    (medians over seeds; async's speed-up over lockstep), envs per policy call, ms per call and CPU seconds
+    per run."""
+    cohorts = sorted({r["cohorts"] for r in runs if r["mode"] == "async"})
+    lines = ["| fixed latency | lockstep | " + " | ".join(f"async, {c} cohorts" for c in cohorts) + " |",
+             "|---|---|" + "---|" * len(cohorts)]
     for latency in sorted({r["latency_ms"] for r in runs}):
-        cells = []
-        for mode, cohorts in (("lockstep", ASYNC_COHORTS), ("async", 2), ("async", 4), ("async", 8)):
-            got = [r for r in runs if (r["latency_ms"], r["mode"], r["cohorts"]) == (latency, mode, cohorts)]
-            cells.append(f"{statistics.median(r['env_steps_per_s'] for r in got):.0f} steps/s, "
-                         f"{statistics.median(r['cpu_s'] for r in got):.1f} s CPU" if got else "")
+        cells, base = [], None
+        for mode, count in [("lockstep", None)] + [("async", c) for c in cohorts]:
+            got = [r for r in runs if (r["latency_ms"], r["mode"]) == (latency, mode)
+                   and (count is None or r["cohorts"] == count)]
+            if not got:
+                cells.append("")
+                continue
+            speed = statistics.median(r["env_steps_per_s"] for r in got)
+            base = speed if mode == "lockstep" else base
+            ratio = f" ({speed / base:.2f}x)" if base and mode == "async" else ""
+            calls = (f", {statistics.median(r['policy_call_envs'] / r['policy_calls'] for r in got):.1f} envs / "
+                     f"{statistics.median(1000 * r['policy_call_s'] / r['policy_calls'] for r in got):.0f} ms per call"
+                     if all(r.get("policy_calls") for r in got) else "")
+            cells.append(f"{speed:.0f} steps/s{ratio}{calls}, {statistics.median(r['cpu_s'] for r in got):.1f} s CPU")
         lines.append(f"| {latency} ms | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -318,8 +326,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=str(RESULTS / "async_rollouts"))
     parser.add_argument("--cohorts-sweep", action="store_true",
-                        help="instead: fixed 20 and 50 ms, lockstep and async with 2, 4 and 8 cohorts "
-                             "(to <out>_cohorts.{json,md})")
+                        help="instead: fixed latencies (--latencies), lockstep and async with each of --cohorts "
+                             "(algo.async_cohorts), to <out>_cohorts.{json,md}")
+    parser.add_argument("--latencies", type=int, nargs="+", default=[20, 50], help="cohort sweep: fixed latencies (ms)")
+    parser.add_argument("--cohorts", type=int, nargs="+", default=[2, 4, 8], help="cohort sweep: algo.async_cohorts")
+    parser.add_argument("--hidden-size", type=int, default=32,
+                        help="the offline model's width (the CPU demo's: 32; wider, its compute dominates a call)")
+    parser.add_argument("--num-layers", type=int, default=1, help="the offline model's layers (the demo's: 1)")
+    parser.add_argument("--num-heads", type=int, default=2, help="the offline model's attention heads (the demo's: 2)")
     parser.add_argument("--staleness-sweep", action="store_true",
                         help="instead: algo.max_staleness 0 against 1 at one latency (to "
                              "results/async_staleness.{json,md})")
@@ -338,8 +352,8 @@ def main() -> None:
     from milegpo.policies import tiny_model
 
     torch.set_num_threads(1)
-    model_path = tiny_model(HouseEnv.vocabulary(), tempfile.mkdtemp(prefix="async-tiny-"), hidden_size=32,
-                            num_layers=1, num_heads=2)
+    model_path = tiny_model(HouseEnv.vocabulary(), tempfile.mkdtemp(prefix="async-tiny-"), hidden_size=args.hidden_size,
+                            num_layers=args.num_layers, num_heads=args.num_heads)
     out = Path(args.out)
     runs: list[dict] = []
     if args.learning:
@@ -362,11 +376,14 @@ def main() -> None:
         return
     if args.cohorts_sweep:
         out = out.with_name(out.name + "_cohorts")
-        for latency in (20, 50):
+        meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
+                "envs": 32, "workers": 32, "policy": f"offline LM {args.hidden_size} wide, {args.num_layers} layers, "
+                f"{args.num_heads} heads, the CPU demo's policy settings (choose mode), 1 torch thread"}
+        for latency in args.latencies:
             for seed in args.seeds:
-                for mode, cohorts in (("lockstep", None), ("async", 2), ("async", 4), ("async", 8)):
+                for mode, cohorts in [("lockstep", None)] + [("async", c) for c in args.cohorts]:
                     runs.append(run_one("fixed", latency, mode, seed, args.steps, model_path, cohorts))
-                    out.with_suffix(".json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+                    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
                     out.with_suffix(".md").write_text(cohort_table(runs))
                     print(json.dumps(runs[-1]), flush=True)
         return

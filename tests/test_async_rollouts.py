@@ -67,6 +67,33 @@ def test_async_with_envs_in_this_process_plays_lockstep_and_says_so(model_path: 
     assert model.num_timesteps >= 40
 
 
+def test_async_cohorts_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="algo.async_cohorts"):
+        AlgoConfig(rollout="async", async_cohorts=0)
+
+
+def test_async_cohorts_sets_how_many_envs_a_call_acts_for(model_path: str) -> None:
+    """``algo.async_cohorts=4`` in the trainer: each policy call of the async rollout acts for at most a
+    quarter of the 8 envs (two cohorts, the default, act for four), envs slower than the policy."""
+    env = make_vec_env("hostile/SlowStep-v0", n_tasks=1, group_size=8, seed=0, subprocess=True, n_workers=8)
+    model = MileGPO("LLMPolicy", env, seed=0, rollout="async", async_cohorts=4,
+                    policy_kwargs={"model": model_path, "mode": "choose"})
+    calls: list[int] = []
+    act = model.policy.act
+
+    def counted(observations, *args, **kwargs):
+        calls.append(len(observations))
+        return act(observations, *args, **kwargs)
+
+    model.policy.act = counted  # type: ignore[method-assign]
+    try:
+        model.learn(8)
+    finally:
+        env.close()
+    assert calls[:4] == [2, 2, 2, 2]  # all 8 ready at the reset: four calls of a quarter each
+    assert max(calls) == 2
+
+
 def test_async_needs_per_env_sampling() -> None:
     with pytest.raises(ValueError, match="algo.rollout=async samples per env"):
         AlgoConfig(rollout="async", per_env_sampling=False)
@@ -115,7 +142,7 @@ def test_async_rollout_stopped_by_a_step_ends_after_draining_the_steps_in_flight
         # two batches of two workers; the second batch's act gives the first's workers time to answer
         player = threading.Thread(target=lambda: result.append(play_episodes_async(
             SlowPolicy(model.policy, 0.3), env, obs, env.reset_infos, deterministic=False, on_step=on_step,
-            stream_seed=0)), daemon=True)
+            stream_seed=0, cohorts=2)), daemon=True)
         player.start()
         player.join(60)
         assert not player.is_alive(), "the stopped async rollout never returned"
@@ -127,9 +154,10 @@ def test_async_rollout_stopped_by_a_step_ends_after_draining_the_steps_in_flight
     assert env.step_workers_ready(timeout=0) == []  # nothing left in flight: the vec env can reset
 
 
-def async_rollout_calls(model_path: str, env_id: str, policy_seconds: float) -> tuple[list[int], int]:
-    """One async rollout of 8 envs in 8 workers: the envs each policy call acted for, and the rounds (the
-    most steps any env played)."""
+def async_rollout_calls(model_path: str, env_id: str, policy_seconds: float, cohorts: int = 2
+                        ) -> tuple[list[int], int]:
+    """One async rollout of 8 envs in 8 workers, acting for at most ``8 / cohorts`` envs per call while others
+    step: the envs each policy call acted for, and the rounds (the most steps any env played)."""
     env = make_vec_env(env_id, n_tasks=1, group_size=8, seed=0, subprocess=True, n_workers=8)
     model = MileGPO("LLMPolicy", env, seed=0, rollout="async", policy_kwargs={"model": model_path, "mode": "choose"})
     policy = SlowPolicy(model.policy, policy_seconds)
@@ -141,7 +169,7 @@ def async_rollout_calls(model_path: str, env_id: str, policy_seconds: float) -> 
     try:
         obs = env.reset()
         assert play_episodes_async(policy, env, obs, env.reset_infos, deterministic=False, on_step=on_step,
-                                   stream_seed=0)
+                                   stream_seed=0, cohorts=cohorts)
     finally:
         env.close()
     return policy.calls, int(steps.max())

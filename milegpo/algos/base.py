@@ -314,8 +314,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         """What the next rollout needs to know of the run (:mod:`milegpo.algos.iteration`)."""
         c = self.config
         return RolloutPlan(iteration=self._iterations, task_seed_base=self.task_seed_base, world=self.world,
-                           rollout=c.rollout, per_env_sampling=c.samples_per_env, credit_method=self.credit_method,
-                           credit_config=self.credit_config, policy_version=self._iterations)
+                           rollout=c.rollout, async_cohorts=c.async_cohorts, per_env_sampling=c.samples_per_env,
+                           credit_method=self.credit_method, credit_config=self.credit_config,
+                           policy_version=self._iterations)
 
     def _step_hooks(self, callback: BaseCallback) -> StepHooks:
         """How the played steps reach this run: its step and episode counters, then ``callback``."""

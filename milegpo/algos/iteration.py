@@ -59,6 +59,7 @@ class RolloutPlan:
     :param task_seed_base: the run's seed of the task draws (kept in checkpoints).
     :param world: this process's rank among the data-parallel processes.
     :param rollout: ``algo.rollout`` (``lockstep`` or ``async``).
+    :param async_cohorts: ``algo.async_cohorts``: an async call acts for at most this fraction of the envs.
     :param per_env_sampling: ``algo.samples_per_env``: each env samples from its own stream.
     :param credit_method: the credit method of :func:`milegpo.credit.compute_credit`.
     :param credit_config: its settings.
@@ -70,6 +71,7 @@ class RolloutPlan:
     task_seed_base: int
     world: distributed.World
     rollout: str
+    async_cohorts: int
     per_env_sampling: bool
     credit_method: str
     credit_config: CreditConfig
@@ -155,7 +157,7 @@ def collect(policy: SamplingPolicy, env: GroupedTextVecEnv, buffer: TextRolloutB
     assert isinstance(observations, np.ndarray)
     if rollout_mode(plan.rollout, env) == "async":
         played = play_episodes_async(policy, env, observations, infos, deterministic=False,
-                                     on_step=record, stream_seed=sampling_seed)
+                                     on_step=record, stream_seed=sampling_seed, cohorts=plan.async_cohorts)
     else:
         played = play_episodes(policy, env, observations, infos, deterministic=False, on_step=record,
                                stream_seed=sampling_seed if plan.per_env_sampling else None)

@@ -99,8 +99,6 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
     return True
 
 
-#: the asynchronous loop acts for at most 1 / ASYNC_COHORTS of the active envs per policy call
-ASYNC_COHORTS = 2
 #: calls in a row by whose end every env in flight had answered: the envs are faster than the policy
 FAST_ENV_CALLS = 3
 
@@ -140,7 +138,7 @@ class _Pacing:
 
 def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray, infos: list[dict[str, Any]],
                         *, deterministic: bool, on_step: Callable[[RolloutStep], bool | None],
-                        stream_seed: int, cohorts: int = ASYNC_COHORTS) -> bool:
+                        stream_seed: int, cohorts: int) -> bool:
     """:func:`play_episodes` with env steps overlapped with the policy's work (see the module docstring).
 
     The unit is a worker process (all its active envs step together). The policy acts for the

@@ -43,6 +43,12 @@ class AlgoConfig:
     :param rollout: ``"lockstep"`` (the policy acts for every active env, then every env steps) or
         ``"async"`` (with envs in worker processes: the policy acts for the envs whose workers have
         answered while the others still step; :func:`milegpo.algos.rollout.play_episodes_async`).
+    :param async_cohorts: with ``rollout="async"``, the policy acts for at most ``1 / async_cohorts`` of the
+        active envs per call, so that the others step meanwhile (a round takes about ``max(policy, env +
+        policy / cohorts)`` instead of ``policy + env``). More cohorts pay where a policy call costs in
+        proportion to the envs it acts for (a model whose compute dominates its call); where a call has a
+        large fixed cost (a tiny model on a CPU, a GPU whose batch of 8 costs what a batch of 32 does),
+        two (the default) is the most that pays.
     :param per_env_sampling: each env samples from its own stream, seeded by (run, iteration, env,
         step), so an action does not depend on which envs share the policy's call; null: on for
         ``async`` (which needs it to be reproducible), off for ``lockstep``.
@@ -69,12 +75,14 @@ class AlgoConfig:
     credit_preset: str | None = None
     credit_kwargs: dict[str, Any] = field(default_factory=dict)
     rollout: str = "lockstep"
+    async_cohorts: int = 2
     per_env_sampling: bool | None = None
     max_staleness: int = 0
 
     def __post_init__(self) -> None:
         check_choice("algo.method", self.method, CREDIT_METHODS)
         check_choice("algo.rollout", self.rollout, ROLLOUT_MODES)
+        check_int("algo.async_cohorts", self.async_cohorts, 1)
         check_type("algo.per_env_sampling", self.per_env_sampling, bool, "true, false or null", optional=True)
         if self.rollout == "async" and self.per_env_sampling is False:
             raise ValueError("algo.rollout=async samples per env (what an env does must not depend on which envs "
