@@ -303,12 +303,12 @@ def learning_table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def learning(steps: int, seeds: list[int], model_path: str, out: Path) -> None:
+def learning(steps: int, seeds: list[int], model_path: str, policy: str, out: Path) -> None:
     """The learning comparison: lockstep then async within each seed at :data:`LEARNING_LATENCY`, each run
     written to ``out``'s JSON and table as soon as it ends."""
     distribution, latency = LEARNING_LATENCY
     meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": steps,
-            "envs": 32, "workers": 32, "policy": "cpu-demo tiny LM, choose mode, 1 torch thread",
+            "envs": 32, "workers": 32, "policy": policy,
             "latency": f"{distribution} {latency} ms", "eval": dataclasses.asdict(demo_config().eval)}
     runs: list[dict] = []
     for seed in seeds:
@@ -354,17 +354,19 @@ def main() -> None:
     torch.set_num_threads(1)
     model_path = tiny_model(HouseEnv.vocabulary(), tempfile.mkdtemp(prefix="async-tiny-"), hidden_size=args.hidden_size,
                             num_layers=args.num_layers, num_heads=args.num_heads)
+    policy = (f"offline LM {args.hidden_size} wide, {args.num_layers} layers, {args.num_heads} heads (the cpu-demo's: "
+              "32, 1, 2), the cpu-demo's policy settings (choose mode), 1 torch thread")
     out = Path(args.out)
     runs: list[dict] = []
     if args.learning:
-        learning(args.steps or demo_config().run.total_timesteps, args.seeds, model_path,
+        learning(args.steps or demo_config().run.total_timesteps, args.seeds, model_path, policy,
                  out.with_name(out.name + "_learning"))
         return
     args.steps = args.steps or 2000
     if args.staleness_sweep:
         out = out.with_name("async_staleness")
         meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
-                "envs": 32, "workers": 32, "policy": "cpu-demo tiny LM, choose mode, 1 torch thread",
+                "envs": 32, "workers": 32, "policy": policy,
                 "latency": f"{args.distribution} {args.latency} ms", "rollout": args.rollout}
         for seed in args.seeds:
             for staleness in (0, 1):
@@ -377,8 +379,7 @@ def main() -> None:
     if args.cohorts_sweep:
         out = out.with_name(out.name + "_cohorts")
         meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
-                "envs": 32, "workers": 32, "policy": f"offline LM {args.hidden_size} wide, {args.num_layers} layers, "
-                f"{args.num_heads} heads, the CPU demo's policy settings (choose mode), 1 torch thread"}
+                "envs": 32, "workers": 32, "policy": policy}
         for latency in args.latencies:
             for seed in args.seeds:
                 for mode, cohorts in [("lockstep", None)] + [("async", c) for c in args.cohorts]:
@@ -388,7 +389,7 @@ def main() -> None:
                     print(json.dumps(runs[-1]), flush=True)
         return
     meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
-            "envs": 32, "workers": 32, "policy": "cpu-demo tiny LM, choose mode, 1 torch thread"}
+            "envs": 32, "workers": 32, "policy": policy}
     for distribution, latency in LATENCIES:
         for seed in args.seeds:
             for mode in ("lockstep", "async"):

@@ -44,11 +44,10 @@ class AlgoConfig:
         ``"async"`` (with envs in worker processes: the policy acts for the envs whose workers have
         answered while the others still step; :func:`milegpo.algos.rollout.play_episodes_async`).
     :param async_cohorts: with ``rollout="async"``, the policy acts for at most ``1 / async_cohorts`` of the
-        active envs per call, so that the others step meanwhile (a round takes about ``max(policy, env +
-        policy / cohorts)`` instead of ``policy + env``). More cohorts pay where a policy call costs in
-        proportion to the envs it acts for (a model whose compute dominates its call); where a call has a
-        large fixed cost (a tiny model on a CPU, a GPU whose batch of 8 costs what a batch of 32 does),
-        two (the default) is the most that pays.
+        active envs per call, so that the others step meanwhile. Below that cap the loop acts for every env
+        whose worker has answered as soon as the policy is free, so its calls usually hold the envs that
+        answered during the previous call and the cap shapes mostly the calls after a reset or a slow
+        call: on the CPU benchmarks (the docs' speed page) 4 and 8 cohorts were no faster than 2.
     :param per_env_sampling: each env samples from its own stream, seeded by (run, iteration, env,
         step), so an action does not depend on which envs share the policy's call; null: on for
         ``async`` (which needs it to be reproducible), off for ``lockstep``.
