@@ -303,13 +303,18 @@ def learning_table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_meta(steps: int, policy: str, **settings: object) -> dict:
+    """What a results file says about its runs: the machine, the env steps per run, the envs and workers
+    (32 each), the policy, and ``settings`` of the sweep."""
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": steps, "envs": 32,
+            "workers": 32, "policy": policy, **settings}
+
+
 def learning(steps: int, seeds: list[int], model_path: str, policy: str, out: Path) -> None:
     """The learning comparison: lockstep then async within each seed at :data:`LEARNING_LATENCY`, each run
     written to ``out``'s JSON and table as soon as it ends."""
     distribution, latency = LEARNING_LATENCY
-    meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": steps,
-            "envs": 32, "workers": 32, "policy": policy,
-            "latency": f"{distribution} {latency} ms", "eval": dataclasses.asdict(demo_config().eval)}
+    meta = run_meta(steps, policy, latency=f"{distribution} {latency} ms", eval=dataclasses.asdict(demo_config().eval))
     runs: list[dict] = []
     for seed in seeds:
         for mode in ("lockstep", "async"):
@@ -365,9 +370,7 @@ def main() -> None:
     args.steps = args.steps or 2000
     if args.staleness_sweep:
         out = out.with_name("async_staleness")
-        meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
-                "envs": 32, "workers": 32, "policy": policy,
-                "latency": f"{args.distribution} {args.latency} ms", "rollout": args.rollout}
+        meta = run_meta(args.steps, policy, latency=f"{args.distribution} {args.latency} ms", rollout=args.rollout)
         for seed in args.seeds:
             for staleness in (0, 1):
                 runs.append(run_one(args.distribution, args.latency, args.rollout, seed, args.steps, model_path,
@@ -378,8 +381,7 @@ def main() -> None:
         return
     if args.cohorts_sweep:
         out = out.with_name(out.name + "_cohorts")
-        meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
-                "envs": 32, "workers": 32, "policy": policy}
+        meta = run_meta(args.steps, policy)
         for latency in args.latencies:
             for seed in args.seeds:
                 for mode, cohorts in [("lockstep", None)] + [("async", c) for c in args.cohorts]:
@@ -388,8 +390,7 @@ def main() -> None:
                     out.with_suffix(".md").write_text(cohort_table(runs))
                     print(json.dumps(runs[-1]), flush=True)
         return
-    meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "steps": args.steps,
-            "envs": 32, "workers": 32, "policy": policy}
+    meta = run_meta(args.steps, policy)
     for distribution, latency in LATENCIES:
         for seed in args.seeds:
             for mode in ("lockstep", "async"):
