@@ -293,7 +293,9 @@ class TaskGraph(TaskGroups):
     row_dst: np.ndarray  # (N,) node of s_{t+1} (g for the last step of a success)
     row_edge: np.ndarray  # (N,) edge of the row's transition
     node_task: np.ndarray  # (V,) dense task, non-decreasing
-    node_key: np.ndarray  # (V,) object, state key (GOAL_KEY for g)
+    node_row: np.ndarray  # (V,) where the node's key is: row r < N of state_keys, N + r of next_state_keys, -1 goal
+    state_keys: np.ndarray  # (N,) object, the batch's state keys (the batch's own array, not a copy)
+    next_state_keys: np.ndarray  # (N,) object, the batch's next-state keys
     is_goal: np.ndarray  # (V,) bool
     is_start: np.ndarray  # (V,) bool - s_0 of some trajectory
     edge_src: np.ndarray  # (E,) sorted by (src, dst)
@@ -303,6 +305,22 @@ class TaskGraph(TaskGroups):
     node_n_revisit: np.ndarray  # (V,) visits beyond the first, summed over trajectories
     edge_n_traj: np.ndarray  # (E,) |T(e)|
     edge_n_succ: np.ndarray  # (E,) |T^+(e)|
+
+    @functools.cached_property
+    def node_key(self) -> np.ndarray:
+        """(V,) object, the state key of every node (:data:`GOAL_KEY` for goals), gathered on
+        first use: the credit methods never read it, their diagnostics read a few (:meth:`keys_of`)."""
+        return self.keys_of(np.arange(self.num_nodes))
+
+    def keys_of(self, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes),) object, the state keys of ``nodes`` (:data:`GOAL_KEY` for goals)."""
+        rows = self.node_row[nodes]
+        n = len(self.state_keys)
+        keys = np.full(len(rows), GOAL_KEY, dtype=object)
+        of_state, of_next = (rows >= 0) & (rows < n), rows >= n
+        keys[of_state] = self.state_keys[rows[of_state]]
+        keys[of_next] = self.next_state_keys[rows[of_next] - n]
+        return keys
 
     @functools.cached_property
     def _distances(self) -> tuple[np.ndarray, np.ndarray]:
@@ -424,13 +442,76 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     :param batch: the steps.
     :param success: (T,) bool success per trajectory (default ``batch.success``);
         decides which trajectories point to the goal node.
+
+    Graphs never join across tasks, so a batch whose rows are in trajectory order and grouped
+    by task (the trainer's are) is built in runs of whole tasks of about
+    :data:`INTERN_CHUNK_ENTRIES` rows, the runs' graphs then joined: every sort and scatter
+    of a run works on arrays that fit the CPU's caches, so a batch of a million steps costs per
+    step what one of thousands does. The joined graph equals the one-piece build array for
+    array (the runs are the ones :func:`state_key_ids` interns keys in, and nodes and edges are
+    sorted by task first).
     """
     groups = build_task_groups(batch, success)
     success = batch.success if success is None else np.asarray(success, dtype=bool)
+    order = trajectory_order(batch)
+    in_runs = batch.num_steps > INTERN_CHUNK_ENTRIES and np.array_equal(order, np.arange(batch.num_steps)) \
+        and bool(np.all(groups.row_task[1:] >= groups.row_task[:-1]))
+    if in_runs:
+        cuts = task_runs(groups.row_task)
+        if len(cuts) > 1:
+            return _joined_graph(batch, success, groups, cuts)
+    return _whole_graph(batch, success, groups, order)
+
+
+def _run_batch(batch: StepBatch, success: np.ndarray, low: int, high: int) -> StepBatch:
+    """Rows ``low:high`` of ``batch`` (whole trajectories) as a batch of their own, with its
+    trajectories renumbered ``0..t-1`` in the order of their ids and ``success`` as its success."""
+    traj_values, local_traj = dense_ids(batch.traj_ids[low:high])
+    return StepBatch(task_ids=batch.task_ids[low:high], traj_ids=local_traj, step_idx=batch.step_idx[low:high],
+                     state_keys=batch.state_keys[low:high], next_state_keys=batch.next_state_keys[low:high],
+                     actions=batch.actions[low:high], rewards=batch.rewards[low:high], valid=batch.valid[low:high],
+                     dones=batch.dones[low:high], outcomes=batch.outcomes[traj_values], success=success[traj_values])
+
+
+def _joined_graph(batch: StepBatch, success: np.ndarray, groups: TaskGroups, cuts: np.ndarray) -> TaskGraph:
+    """:func:`build_task_graph` of a batch in trajectory order and grouped by task, built run by
+    run (``cuts``: each run's first row) and joined: node, edge, task and row ids shifted by the
+    runs before."""
+    parts: list[TaskGraph] = []
+    nodes_before, edges_before = 0, 0
+    for low, high in zip(cuts.tolist(), np.r_[cuts[1:], batch.num_steps].tolist()):
+        run = _run_batch(batch, success, low, high)
+        part = _whole_graph(run, run.success, build_task_groups(run), np.arange(run.num_steps))
+        # the run's ids as ids of the whole batch, shifted in place while its arrays are in the caches
+        for ids in (part.row_src, part.row_dst, part.edge_src, part.edge_dst):
+            ids += nodes_before
+        part.row_edge += edges_before
+        part.node_task += groups.row_task[low]
+        keyed, of_next = part.node_row >= 0, part.node_row >= run.num_steps
+        part.node_row[keyed] += low
+        part.node_row[of_next] += batch.num_steps - run.num_steps
+        nodes_before, edges_before = nodes_before + part.num_nodes, edges_before + part.num_edges
+        parts.append(part)
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(part, name) for part in parts])
+
+    return TaskGraph(
+        **vars(groups), row_src=joined("row_src"), row_dst=joined("row_dst"), row_edge=joined("row_edge"),
+        node_task=joined("node_task"), node_row=joined("node_row"), state_keys=batch.state_keys,
+        next_state_keys=batch.next_state_keys, is_goal=joined("is_goal"), is_start=joined("is_start"),
+        edge_src=joined("edge_src"), edge_dst=joined("edge_dst"),
+        node_n_traj=joined("node_n_traj"), node_n_succ=joined("node_n_succ"),
+        node_n_revisit=joined("node_n_revisit"), edge_n_traj=joined("edge_n_traj"),
+        edge_n_succ=joined("edge_n_succ"),
+    )
+
+
+def _whole_graph(batch: StepBatch, success: np.ndarray, groups: TaskGroups, order: np.ndarray) -> TaskGraph:
+    """:func:`build_task_graph` in one piece (``order``: :func:`trajectory_order` of ``batch``)."""
     row_task, traj_success = groups.row_task, groups.traj_success
 
     # Trajectories: their first and last rows.
-    order = trajectory_order(batch)
     starts = segment_starts(batch.traj_ids[order])
     first_rows = order[starts]
     last_rows = order[np.r_[starts[1:] - 1, len(order) - 1]] if len(order) else order
@@ -448,10 +529,10 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     num_nodes = len(node_codes)
     node_task = node_codes // n_keys
     is_goal = node_codes % n_keys == goal_id
-    node_key = np.empty(num_nodes, dtype=object)
-    node_key[row_src] = batch.state_keys
-    node_key[row_dst] = batch.next_state_keys
-    node_key[is_goal] = GOAL_KEY
+    node_row = np.empty(num_nodes, dtype=np.int64)  # every node is some row's source or target
+    node_row[row_dst] = np.arange(n, 2 * n)
+    node_row[row_src] = np.arange(n)
+    node_row[is_goal] = -1
     is_start = np.zeros(num_nodes, dtype=bool)
     is_start[row_src[first_rows]] = True
 
@@ -475,7 +556,7 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
 
     return TaskGraph(
         **vars(groups), row_src=row_src, row_dst=row_dst, row_edge=row_edge, node_task=node_task,
-        node_key=node_key, is_goal=is_goal, is_start=is_start, edge_src=edge_src, edge_dst=edge_dst,
+        node_row=node_row, state_keys=batch.state_keys, next_state_keys=batch.next_state_keys, is_goal=is_goal, is_start=is_start, edge_src=edge_src, edge_dst=edge_dst,
         node_n_traj=node_n_traj, node_n_succ=node_n_succ, node_n_revisit=node_n_revisit,
         edge_n_traj=edge_n_traj, edge_n_succ=edge_n_succ,
     )

@@ -372,7 +372,7 @@ def _milestone_diagnostics(graph: TaskGraph, ev: MilestoneEvidence, top_k: int) 
         rank = np.arange(len(order)) - np.searchsorted(tasks, tasks)
         listed = order[rank < top_k]
         columns = {"task": graph.task_values[graph.node_task[listed]].astype(int).tolist(),
-                   "state": [describe_state(k) for k in graph.node_key[listed].tolist()]}
+                   "state": [describe_state(k) for k in graph.keys_of(listed).tolist()]}
         for name, values, kind in fields:
             columns[name] = values[listed].astype(kind).tolist()
         if "progress" in columns:  # no incoming success edge (-inf): no progress
