@@ -12,7 +12,11 @@ Two kinds of batch, each ``tasks x group`` trajectories of up to ``horizon`` ste
 Reports per method the median wall time and process CPU time of ``--repeats`` runs (one
 warm-up first; the methods' calls interleaved round by round, so that the load of the shared
 machine hits them alike), microseconds per step, the peak memory the call allocates (tracemalloc,
-a separate run), and the log-log slope of time against steps. Also the graph build on
+a separate run), and the log-log slope of time against steps. Each size is timed twice: with
+calls repeated back to back (*warm*: a batch that fits the CPU's last-level cache stays there
+between calls, which flatters the small sizes), and with the caches emptied before every call
+(*cold*: a buffer of twice the last-level cache written, as a rollout and a model update go
+through memory between a trainer's credit calls). Also the graph build on
 ``distinct`` batches at horizon 50 vs 200 (16 x 8 trajectories). With ``--verl-agent
 PATH`` (a checkout of verl-agent, not part of this project) it times verl-agent's GiGPO
 advantage function on the same house batches beside ours (same episodes; token length 1).
@@ -129,10 +133,33 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
     return float(np.median(wall)), float(np.median(cpu))
 
 
-def timed_interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, float]]:
+def last_level_cache_bytes() -> int:
+    """Size of the CPU's largest cache (Linux sysfs), or 512 MiB where it cannot be read."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        scale = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=512 * 2 ** 20)
+
+
+class CacheEvictor:
+    """Empties the CPU's caches of a benchmark's data: writes one value per cache line of a buffer twice
+    the size of the last-level cache (not timed)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.buffer = np.zeros(nbytes // 8)
+
+    def __call__(self) -> None:
+        self.buffer[::8] += 1.0
+
+
+def timed_interleaved(fns: dict[str, Callable[[], object]], repeats: int,
+                      before: Callable[[], None] | None = None) -> dict[str, tuple[float, float]]:
     """:func:`timed` of every function, the calls interleaved: one warm-up each, then ``repeats`` rounds
     that call each function once (the order rotated every round), so a change of load on the shared
-    machine hits every function alike. Median (wall, process CPU) seconds by name."""
+    machine hits every function alike. ``before`` (untimed) runs before every timed call. Median (wall,
+    process CPU) seconds by name."""
     for fn in fns.values():
         fn()
     names = list(fns)
@@ -141,6 +168,8 @@ def timed_interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dic
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             gc.collect()
+            if before is not None:
+                before()
             w, c = time.perf_counter(), time.process_time()
             fns[name]()
             wall[name].append(time.perf_counter() - w)
@@ -190,13 +219,17 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=2_000_000, help="skip sizes whose batch exceeds this")
     parser.add_argument("--verl-agent", type=Path, default=None, help="a verl-agent checkout, for its GiGPO")
     parser.add_argument("--out", type=Path, default=RESULTS / "credit_scaling.json")
+    parser.add_argument("--evict-mb", type=int, default=2 * last_level_cache_bytes() // 2 ** 20,
+                        help="buffer written before each cold call (default: twice the last-level cache)")
     args = parser.parse_args()
+    evict = CacheEvictor(args.evict_mb * 2 ** 20)
     reference = verl_agent_gigpo(args.verl_agent) if args.verl_agent else None
     result: dict[str, object] = {
         "benchmark": "credit_scaling", "repeats": args.repeats,
         "statistic": "median wall and process CPU seconds per call, after one warm-up",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-                    "load_1min_at_start": os.getloadavg()[0]},
+                    "load_1min_at_start": os.getloadavg()[0],
+                    "last_level_cache_mb": last_level_cache_bytes() / 2 ** 20, "evict_mb": args.evict_mb},
         "runs": [],
     }
     runs: list[dict[str, object]] = result["runs"]  # type: ignore[assignment]
@@ -217,13 +250,15 @@ def main() -> None:
             calls: dict[str, Callable[[], object]] = {"graph_build": lambda b=batch: build_task_graph(b)}
             calls.update({method: (lambda m=method, b=batch: compute_credit(m, b)) for method in CREDIT_METHODS})
             times = timed_interleaved(calls, repeats)
+            cold = timed_interleaved(calls, repeats, before=evict)
             graph = build_task_graph(batch)
             entry.update(nodes=graph.num_nodes, edges=graph.num_edges, graph_build_s=times["graph_build"][0],
-                         graph_build_cpu_s=times["graph_build"][1])
+                         graph_build_cpu_s=times["graph_build"][1], graph_build_cold_cpu_s=cold["graph_build"][1])
             for method in CREDIT_METHODS:
                 wall, cpu = times[method]
                 entry["methods"][method] = {  # type: ignore[index]
                     "wall_s": wall, "cpu_s": cpu, "us_per_step": 1e6 * wall / batch.num_steps,
+                    "cold_wall_s": cold[method][0], "cold_cpu_s": cold[method][1],
                     "peak_mb": peak_mb(lambda m=method, b=batch: compute_credit(m, b))}
             if reference is not None and kind == "house" and batch.num_steps <= 300_000:
                 wall, cpu = timed(lambda b=batch: reference(b), max(1, repeats // 2))
@@ -231,9 +266,11 @@ def main() -> None:
                 entry["verl_agent_gigpo"] = {"wall_s": wall, "cpu_s": cpu, "ratio_to_ours": wall / ours}
             runs.append(entry)
             print(f"{kind:8s} {batch.num_steps:8d} steps {graph.num_nodes:8d} nodes: " + " | ".join(
-                f"{m} {v['us_per_step']:.2f}" for m, v in entry["methods"].items())  # type: ignore[union-attr]
-                + " us/step" + (f" | verl-agent GiGPO {entry['verl_agent_gigpo']['ratio_to_ours']:.1f}x ours"
-                                if "verl_agent_gigpo" in entry else ""), flush=True)
+                f"{m} {v['us_per_step']:.2f}/{1e6 * v['cold_cpu_s'] / batch.num_steps:.2f}"
+                for m, v in entry["methods"].items())  # type: ignore[union-attr]
+                + " us/step (warm/cold)"
+                + (f" | verl-agent GiGPO {entry['verl_agent_gigpo']['ratio_to_ours']:.1f}x ours"
+                   if "verl_agent_gigpo" in entry else ""), flush=True)
             save()
     slopes: dict[str, dict[str, float]] = {}
     for kind in ("house", "distinct"):
@@ -247,7 +284,8 @@ def main() -> None:
     result["loglog_slope"] = slopes
     result["loglog_slope_15k_1m"] = range_slopes(runs, SLOPE_RANGE)
     result["loglog_slope_15k_1m_cpu"] = range_slopes(runs, SLOPE_RANGE, "cpu_s")
-    result["diagnostics_by_group"] = diagnostics_by_group(args.repeats)
+    result["loglog_slope_15k_1m_cold_cpu"] = range_slopes(runs, SLOPE_RANGE, "cold_cpu_s")
+    result["diagnostics_by_group"] = diagnostics_by_group(args.repeats, evict)
     save()
     depth: dict[str, object] = {}
     batches = {horizon: house_batch(16, 8, horizon, distinct=True, seed=1) for horizon in (50, 200)}
@@ -288,26 +326,29 @@ def range_slopes(runs: list[dict[str, object]], bounds: tuple[int, int],
     return slopes
 
 
-def diagnostics_by_group(repeats: int) -> list[dict[str, object]]:
+def diagnostics_by_group(repeats: int, evict: Callable[[], None]) -> list[dict[str, object]]:
     """MileGPO at group sizes :data:`DIAGNOSTIC_GROUPS` (~16k steps each): µs per step when action
     texts repeat (choose mode) and when every one differs (free text, generate mode), where the tie
-    statistics compare the distinct actions of every state."""
+    statistics compare the distinct actions of every state; warm and cold (``evict`` before each call)."""
     rows: list[dict[str, object]] = []
     for group in DIAGNOSTIC_GROUPS:
         tasks = max(1, 256 // group)
         entry: dict[str, object] = {"group": group, "tasks": tasks}
         batches = {actions: house_batch(tasks, group, 64, distinct=False, seed=3, actions=actions)
                    for actions in ("repeated", "distinct")}
-        times = timed_interleaved({actions: (lambda b=batch: compute_credit("milegpo", b))
-                                   for actions, batch in batches.items()}, repeats)
+        calls = {actions: (lambda b=batch: compute_credit("milegpo", b)) for actions, batch in batches.items()}
+        times = timed_interleaved(calls, repeats)
+        cold = timed_interleaved(calls, repeats, before=evict)
         for actions, batch in batches.items():
             wall, cpu = times[actions]
             entry["steps"] = batch.num_steps
             entry[actions] = {"wall_s": wall, "cpu_s": cpu, "us_per_step": 1e6 * wall / batch.num_steps,
-                              "cpu_us_per_step": 1e6 * cpu / batch.num_steps,
+                              "cpu_us_per_step": 1e6 * cpu / batch.num_steps, "cold_cpu_s": cold[actions][1],
                               "same_source_pairs": compute_credit("milegpo", batch).diagnostics["same_source_pairs"]}
         entry["distinct_over_repeated"] = (entry["distinct"]["cpu_s"]  # type: ignore[index]
                                            / entry["repeated"]["cpu_s"])  # type: ignore[index]
+        entry["distinct_over_repeated_cold"] = (entry["distinct"]["cold_cpu_s"]  # type: ignore[index]
+                                                / entry["repeated"]["cold_cpu_s"])  # type: ignore[index]
         rows.append(entry)
         print(f"diagnostics, group {group}: " + ", ".join(
             f"{a} {entry[a]['cpu_us_per_step']:.2f} CPU us/step" for a in ("repeated", "distinct")), flush=True)  # type: ignore[index]
@@ -350,7 +391,17 @@ def markdown(result: dict[str, object]) -> str:
                      + f" | {m['milegpo']['peak_mb']:.0f} |")
     for kind, s in (result.get("loglog_slope") or {}).items():  # type: ignore[union-attr]
         lines += ["", f"log-log slope, {kind}: " + ", ".join(f"{k} {v:.3f}" for k, v in s.items())]
-    for key, clock in (("loglog_slope_15k_1m", "wall"), ("loglog_slope_15k_1m_cpu", "process CPU")):
+    if "cold_cpu_s" in result["runs"][0]["methods"]["grpo"]:  # type: ignore[index]
+        lines += ["", f"Cold caches (a {result['machine']['evict_mb']:,} MB buffer written before every call, twice "  # type: ignore[index]
+                  f"the CPU's {result['machine']['last_level_cache_mb']:,.0f} MB last-level cache): process CPU µs per "  # type: ignore[index]
+                  "step", "", "| batch | steps | " + " | ".join(CREDIT_METHODS) + " |",
+                  "|---|---:|" + "---:|" * len(CREDIT_METHODS)]
+        for r in result["runs"]:  # type: ignore[attr-defined]
+            m = r["methods"]
+            lines.append(f"| {r['kind']} {r['tasks']}x{r['group']}x{r['horizon']} | {r['steps']:,} | "
+                         + " | ".join(f"{1e6 * m[k]['cold_cpu_s'] / r['steps']:.2f}" for k in CREDIT_METHODS) + " |")
+    for key, clock in (("loglog_slope_15k_1m", "wall"), ("loglog_slope_15k_1m_cpu", "process CPU"),
+                       ("loglog_slope_15k_1m_cold_cpu", "process CPU, cold caches")):
         for kind, s in (result.get(key) or {}).items():  # type: ignore[union-attr]
             lines += ["", f"log-log slope from ~15k to ~1M steps ({clock} time), {kind}: "
                       + ", ".join(f"{k} {v:.3f}" for k, v in s.items())]
@@ -363,12 +414,15 @@ def markdown(result: dict[str, object]) -> str:
     if groups:
         lines += ["", "MileGPO (its tie diagnostics included) by group size, ~16k steps, house walks; process CPU "
                   "µs per step when action texts repeat and when every one differs (free text), interleaved:", "",
-                  "| group | steps | repeated | distinct | distinct / repeated | pairs (distinct) |",
-                  "|---:|---:|---:|---:|---:|---:|"]
+                  "| group | steps | repeated | distinct | distinct / repeated | cold: repeated | cold: distinct "
+                  "| cold: distinct / repeated | pairs (distinct) |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for g in groups:  # type: ignore[attr-defined]
+            cold_us = {a: 1e6 * g[a]["cold_cpu_s"] / g["steps"] for a in ("repeated", "distinct")}
             lines.append(f"| {g['group']} | {g['steps']:,} | {cpu_us(g['repeated'], g['steps']):.2f} | "
                          f"{cpu_us(g['distinct'], g['steps']):.2f} | {g['distinct_over_repeated']:.2f}x | "
-                         f"{g['distinct']['same_source_pairs']:,} |")
+                         f"{cold_us['repeated']:.2f} | {cold_us['distinct']:.2f} | "
+                         f"{g['distinct_over_repeated_cold']:.2f}x | {g['distinct']['same_source_pairs']:,} |")
     ref = [r for r in result["runs"] if "verl_agent_gigpo" in r]  # type: ignore[attr-defined]
     if ref:
         lines += ["", "verl-agent's GiGPO advantage function on the same house batches (its "

@@ -9,6 +9,7 @@ with and without a success.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -203,6 +204,30 @@ def test_interning_in_runs_of_tasks_builds_the_same_graph_and_credit(seed, shuff
     assert edges_got == sorted(zip(want["edge_src"], want["edge_dst"], want["edge_n_traj"], want["edge_n_succ"]))
     dist_got, dist_want = in_runs["graph_distances"], one_run["graph_distances"]
     np.testing.assert_array_equal(dist_got[0], dist_want[0][node])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_graph_built_in_runs_of_tasks_equals_the_one_piece_build(seed, monkeypatch):
+    """A batch in trajectory order and grouped by task, of more than ``INTERN_CHUNK_ENTRIES`` rows, is
+    built run by run and joined: array for array the graph of the one-piece build, node keys included."""
+    rng = np.random.default_rng(500 + seed)
+    batch = StepBatch.concat([random_batch(rng, shuffled=False) for _ in range(4)], task_offsets=[0, 100, 200, 300])
+    run_of_task = np.cumsum(np.r_[0, batch.task_ids[1:] != batch.task_ids[:-1]])  # tasks numbered in row order
+    batch = dataclasses.replace(batch, task_ids=run_of_task)
+    monkeypatch.setattr(graph_module, "INTERN_CHUNK_ENTRIES", 1 + seed % 2)  # 4 tasks or more: 2 runs or more
+    joined = build_task_graph(batch)
+    assert len(graph_module.task_runs(joined.row_task)) > 1  # the batch was built in runs
+    whole = graph_module._whole_graph(batch, batch.success, graph_module.build_task_groups(batch),
+                                      trajectory_order(batch))
+    for field in dataclasses.fields(whole):
+        got, want = getattr(joined, field.name), getattr(whole, field.name)
+        assert np.asarray(got).dtype == np.asarray(want).dtype, field.name
+        np.testing.assert_array_equal(got, want, err_msg=field.name)
+    assert joined.node_key.tolist() == whole.node_key.tolist()
+    assert set(joined.node_key[joined.is_goal]) == {graph_module.GOAL_KEY}
+    np.testing.assert_array_equal(joined.node_key[joined.row_src], batch.state_keys)
+    nodes = rng.permutation(joined.num_nodes)[:5]
+    assert joined.keys_of(nodes).tolist() == joined.node_key[nodes].tolist()
 
 
 @pytest.mark.parametrize("seed", range(8))
