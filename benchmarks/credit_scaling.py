@@ -400,10 +400,10 @@ def markdown(result: dict[str, object]) -> str:
             m = r["methods"]
             lines.append(f"| {r['kind']} {r['tasks']}x{r['group']}x{r['horizon']} | {r['steps']:,} | "
                          + " | ".join(f"{1e6 * m[k]['cold_cpu_s'] / r['steps']:.2f}" for k in CREDIT_METHODS) + " |")
-    for key, clock in (("loglog_slope_15k_1m", "wall"), ("loglog_slope_15k_1m_cpu", "process CPU"),
-                       ("loglog_slope_15k_1m_cold_cpu", "process CPU, cold caches")):
+    for key, clock in (("loglog_slope_15k_1m", "wall time"), ("loglog_slope_15k_1m_cpu", "process CPU time"),
+                       ("loglog_slope_15k_1m_cold_cpu", "process CPU time, cold caches")):
         for kind, s in (result.get(key) or {}).items():  # type: ignore[union-attr]
-            lines += ["", f"log-log slope from ~15k to ~1M steps ({clock} time), {kind}: "
+            lines += ["", f"log-log slope from ~15k to ~1M steps ({clock}), {kind}: "
                       + ", ".join(f"{k} {v:.3f}" for k, v in s.items())]
     big = [r for r in result["runs"] if r["steps"] > 1_000_000]  # type: ignore[attr-defined]
     if big:
