@@ -19,6 +19,7 @@ from milegpo.credit import CREDIT_METHODS, StepBatch, build_task_graph, compute_
 from milegpo.credit import gigpo as gigpo_module
 from milegpo.credit import graph as graph_module
 from milegpo.credit import hgpo as hgpo_module
+from milegpo.credit import norm as norm_module
 from milegpo.credit.graph import dense_ids, index_strings, node_index, trajectory_order
 
 
@@ -272,3 +273,48 @@ def test_unique_inverse_is_numpy_unique(seed):
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w.reshape(-1))
         assert got[1].dtype == np.int64
+
+
+def previous_group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: str, epsilon: float,
+                             ddof: int = 1) -> np.ndarray:
+    counts = np.bincount(groups, minlength=num_groups)
+    ref = np.full(num_groups, -np.inf)
+    np.maximum.at(ref, groups, x)
+    y = x - ref[groups]
+    dev = y - (np.bincount(groups, weights=y, minlength=num_groups) / np.maximum(counts, 1))[groups]
+    if norm == "mean_std_norm":
+        var = np.bincount(groups, weights=dev * dev, minlength=num_groups) / np.maximum(counts - ddof, 1)
+        dev = dev / (np.sqrt(var)[groups] + epsilon)
+    dev[counts[groups] < 2] = 0.0
+    return dev
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_normalising_span_by_span_gives_the_whole_batch_result_to_the_bit(seed, monkeypatch):
+    """Groups numbered task by task (mostly), sometimes shuffled or with a group spread over the batch:
+    every span boundary ``group_spans`` returns separates the ids, and ``group_normalize`` over those
+    spans equals one pass over all rows, bit for bit."""
+    rng = np.random.default_rng(seed)
+    blocks, base = [], 0
+    for _ in range(int(rng.integers(1, 12))):
+        blocks.append(rng.integers(0, 6, int(rng.integers(1, 40))) + base)
+        base += 6 if rng.random() < 0.8 else 0  # else the next block shares this one's ids
+    ids = np.concatenate(blocks)
+    if seed % 5 == 0:
+        ids = rng.permutation(ids)
+    if seed % 7 == 0:
+        ids[rng.integers(len(ids))] = ids.max() + 1  # one group's row far from the others
+        ids[0] = ids.max()
+    rows = int(rng.integers(1, 10))
+    cuts = norm_module.group_spans(ids, rows)
+    valid = [i for i in range(1, len(ids)) if ids[:i].max() < ids[i:].min()]  # where no group is cut
+    want_cuts = sorted({min(i for i in valid if i // rows == block) for block in {i // rows for i in valid}
+                        if block >= 1}) if len(ids) > 2 * rows else []  # the first of each block of rows
+    assert cuts.tolist() == [0, *want_cuts, len(ids)]
+    _, dense = np.unique(ids, return_inverse=True)
+    x = rng.normal(size=len(ids)) * rng.choice([0.0, 1.0, 1e6], size=len(ids))
+    monkeypatch.setattr(norm_module, "NORMALIZE_CHUNK_ROWS", rows)
+    for norm, ddof in (("mean_std_norm", 1), ("mean_std_norm", 0), ("mean_norm", 1)):
+        got = norm_module.group_normalize(x, dense, int(dense.max()) + 1, norm, 1e-6, ddof)
+        want = previous_group_normalize(x, dense, int(dense.max()) + 1, norm, 1e-6, ddof)
+        np.testing.assert_array_equal(got, want)
