@@ -75,30 +75,36 @@ def history_groups(batch: StepBatch, graph: TaskGraph, k: int) -> np.ndarray:
 
 
 def history_groups_by_level(batch: StepBatch, graph: TaskGraph, levels: list[int]) -> list[np.ndarray]:
-    """:func:`history_groups` of every level in ``levels``; the rows are put in trajectory order once."""
+    """:func:`history_groups` of every level in ``levels``; the rows are put in trajectory order once.
+
+    Groups never join across tasks: the levels are numbered run by run (:func:`_run_starts`), every
+    level of a run before the next run, so each run's arrays stay in the CPU's caches; a level's ids
+    continue from the previous run's."""
     order = trajectory_order(batch)
+    n = len(order)
     nodes = graph.row_src[order]  # the node of s_t: its task and state key in one id
     starts = segment_starts(batch.traj_ids[order])
-    pos = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    run_starts = _run_starts(graph.row_task[order])
-    groups_by_level = []
-    groups = np.full(len(order), -1, dtype=np.int64)
-    for k in range(1, max(levels, default=0) + 1):
-        # the level-k suffix ending at j is the level-(k-1) suffix ending at j-1, plus s_j
-        rows = np.flatnonzero(pos + 1 >= k)
-        codes = nodes[rows] if k == 1 else groups[rows - 1] * graph.num_nodes + nodes[rows]
-        groups = np.full(len(order), -1, dtype=np.int64)
-        bounds = np.searchsorted(rows, run_starts).tolist()  # each run's rows: a slice of ``rows``
-        offset = 0
-        for low, high in zip(bounds[:-1], bounds[1:]):
-            ids = _first_seen_ids(codes[low:high])
-            groups[rows[low:high]] = ids + offset
-            offset += int(ids.max(initial=-1)) + 1
-        groups_by_level.append(groups)
+    pos = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    run_starts = _run_starts(graph.row_task[order]).tolist()
+    top = max(levels, default=0)
+    in_order = [np.empty(n, dtype=np.int64) for _ in range(top)]  # level k - 1, rows in trajectory order
+    offsets = [0] * top
+    for low, high in zip(run_starts[:-1], run_starts[1:]):
+        run_nodes, run_pos = nodes[low:high], pos[low:high]
+        groups = np.full(high - low, -1, dtype=np.int64)
+        for k in range(1, top + 1):
+            # the level-k suffix ending at j is the level-(k-1) suffix ending at j-1, plus s_j
+            rows = np.flatnonzero(run_pos + 1 >= k)
+            codes = run_nodes[rows] if k == 1 else groups[rows - 1] * graph.num_nodes + run_nodes[rows]
+            ids = _first_seen_ids(codes)
+            groups = np.full(high - low, -1, dtype=np.int64)
+            groups[rows] = ids
+            in_order[k - 1][low:high] = np.where(groups >= 0, groups + offsets[k - 1], -1)
+            offsets[k - 1] += int(ids.max(initial=-1)) + 1
     result = []
     for k in levels:
-        out = np.empty(len(order), dtype=np.int64)
-        out[order] = groups_by_level[k - 1]
+        out = np.empty(n, dtype=np.int64)
+        out[order] = in_order[k - 1]
         result.append(out)
     return result
 
