@@ -20,6 +20,7 @@ from milegpo.credit import gigpo as gigpo_module
 from milegpo.credit import graph as graph_module
 from milegpo.credit import hgpo as hgpo_module
 from milegpo.credit import norm as norm_module
+from milegpo.credit.base import sign_flip_fraction
 from milegpo.credit.graph import dense_ids, index_strings, node_index, trajectory_order
 
 
@@ -318,3 +319,21 @@ def test_normalising_span_by_span_gives_the_whole_batch_result_to_the_bit(seed, 
         got = norm_module.group_normalize(x, dense, int(dense.max()) + 1, norm, 1e-6, ddof)
         want = previous_group_normalize(x, dense, int(dense.max()) + 1, norm, 1e-6, ddof)
         np.testing.assert_array_equal(got, want)
+
+
+def previous_sign_flip_fraction(advantages: np.ndarray, episode: np.ndarray) -> float:
+    mask = episode != 0
+    if not mask.any():
+        return 0.0
+    return float(np.mean(np.sign(advantages[mask]) != np.sign(episode[mask])))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_sign_flips_counted_without_gathering_equal_the_previous_share(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 2000))
+    advantages = rng.normal(size=n) * (rng.random(n) < 0.7)  # zero advantages count as flipped
+    episode = rng.normal(size=n) * (rng.random(n) < rng.random())
+    if seed == 0:
+        episode[:] = 0.0
+    assert sign_flip_fraction(advantages, episode) == previous_sign_flip_fraction(advantages, episode)

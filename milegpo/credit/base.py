@@ -70,10 +70,11 @@ def check_unit(config: object, names: tuple[str, ...]) -> None:
 def sign_flip_fraction(advantages: np.ndarray, episode: np.ndarray) -> float:
     """Share of steps whose credit sign differs from their episode term's sign
     (over the steps whose episode term is non-zero; a zero advantage counts as differing)."""
-    mask = episode != 0
-    if not mask.any():
+    counted = np.count_nonzero(episode)
+    if not counted:
         return 0.0
-    return float(np.mean(np.sign(advantages[mask]) != np.sign(episode[mask])))
+    episode_sign = np.sign(episode)  # counted where non-zero, without gathering those rows
+    return np.count_nonzero((np.sign(advantages) != episode_sign) & (episode_sign != 0)) / counted
 
 
 def common_diagnostics(graph: TaskGroups, advantages: np.ndarray, episode: np.ndarray) -> dict[str, Any]:
