@@ -266,9 +266,9 @@ def main() -> None:
                 entry["verl_agent_gigpo"] = {"wall_s": wall, "cpu_s": cpu, "ratio_to_ours": wall / ours}
             runs.append(entry)
             print(f"{kind:8s} {batch.num_steps:8d} steps {graph.num_nodes:8d} nodes: " + " | ".join(
-                f"{m} {v['us_per_step']:.2f}/{1e6 * v['cold_cpu_s'] / batch.num_steps:.2f}"
+                f"{m} {1e6 * v['cpu_s'] / batch.num_steps:.2f}/{1e6 * v['cold_cpu_s'] / batch.num_steps:.2f}"
                 for m, v in entry["methods"].items())  # type: ignore[union-attr]
-                + " us/step (warm/cold)"
+                + " CPU us/step (warm/cold)"
                 + (f" | verl-agent GiGPO {entry['verl_agent_gigpo']['ratio_to_ours']:.1f}x ours"
                    if "verl_agent_gigpo" in entry else ""), flush=True)
             save()

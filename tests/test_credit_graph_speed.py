@@ -276,25 +276,11 @@ def test_unique_inverse_is_numpy_unique(seed):
         assert got[1].dtype == np.int64
 
 
-def previous_group_normalize(x: np.ndarray, groups: np.ndarray, num_groups: int, norm: str, epsilon: float,
-                             ddof: int = 1) -> np.ndarray:
-    counts = np.bincount(groups, minlength=num_groups)
-    ref = np.full(num_groups, -np.inf)
-    np.maximum.at(ref, groups, x)
-    y = x - ref[groups]
-    dev = y - (np.bincount(groups, weights=y, minlength=num_groups) / np.maximum(counts, 1))[groups]
-    if norm == "mean_std_norm":
-        var = np.bincount(groups, weights=dev * dev, minlength=num_groups) / np.maximum(counts - ddof, 1)
-        dev = dev / (np.sqrt(var)[groups] + epsilon)
-    dev[counts[groups] < 2] = 0.0
-    return dev
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_normalising_span_by_span_gives_the_whole_batch_result_to_the_bit(seed, monkeypatch):
     """Groups numbered task by task (mostly), sometimes shuffled or with a group spread over the batch:
     every span boundary ``group_spans`` returns separates the ids, and ``group_normalize`` over those
-    spans equals one pass over all rows, bit for bit."""
+    spans equals one pass over all rows (``_normalize``, the previous function unchanged), bit for bit."""
     rng = np.random.default_rng(seed)
     blocks, base = [], 0
     for _ in range(int(rng.integers(1, 12))):
@@ -317,7 +303,7 @@ def test_normalising_span_by_span_gives_the_whole_batch_result_to_the_bit(seed, 
     monkeypatch.setattr(norm_module, "NORMALIZE_CHUNK_ROWS", rows)
     for norm, ddof in (("mean_std_norm", 1), ("mean_std_norm", 0), ("mean_norm", 1)):
         got = norm_module.group_normalize(x, dense, int(dense.max()) + 1, norm, 1e-6, ddof)
-        want = previous_group_normalize(x, dense, int(dense.max()) + 1, norm, 1e-6, ddof)
+        want = norm_module._normalize(x, dense, int(dense.max()) + 1, norm, 1e-6, ddof)
         np.testing.assert_array_equal(got, want)
 
 
