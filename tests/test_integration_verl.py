@@ -161,7 +161,9 @@ def trainer_config(estimator: str = "milegpo", milegpo: dict | None = None, **al
     if milegpo is not None:
         algo["milegpo"] = milegpo
     return OmegaConf.create({"algorithm": algo, "actor_rollout_ref": {"actor": {
-        "use_invalid_action_penalty": True, "invalid_action_penalty_coef": PENALTY}}})
+        "use_invalid_action_penalty": True, "invalid_action_penalty_coef": PENALTY}},
+        "reward_model": {"enable": False, "reward_manager": "episode", "launch_reward_fn_async": False},
+        "custom_reward_function": {"path": None, "name": "compute_score"}})
 
 
 def advantages_under(config, data=None) -> np.ndarray:
@@ -284,7 +286,7 @@ def test_milegpo_keys_reach_the_credit_config() -> None:
 
 @pytest.mark.parametrize("config, message", [
     (trainer_config("milegpo", {"etaa": 0.5}), "algorithm.milegpo for 'milegpo'.*etaa"),
-    (trainer_config("milegpo", {"success": "maybe"}), "success source"),
+    (trainer_config("milegpo", {"success": "maybe"}), "^algorithm.milegpo.success must be 'auto', 'won' or 'reward'"),
     (trainer_config("milegpo.gigpo", {"gamma": 0.9}, gamma=0.95), "algorithm.milegpo.gamma.*algorithm.gamma"),
     (trainer_config("milegpo", use_kl_in_reward=True), "use_kl_in_reward"),
     (trainer_config("milegpo", gigpo={"enable_similarity": True}), "enable_similarity"),
@@ -604,6 +606,118 @@ def test_verl_agent_keys_a_method_does_not_read_are_refused_off_their_default(es
 def test_a_negative_penalty_is_refused() -> None:
     with pytest.raises(ValueError, match="invalid_action_penalty_coef must be a finite number >= 0"):
         milegpo_verl.settings_from_config(with_penalty(trainer_config("milegpo"), use=True, coef=-0.1))
+
+
+# ---- scores in token_level_scores (reward model, custom reward function): refused ----------------------------
+
+def with_keys(config: DictConfig, *overrides: str) -> DictConfig:
+    """``config`` with hydra-style ``key=value`` overrides applied, as a command line sets them."""
+    return OmegaConf.merge(config, OmegaConf.from_dotlist(list(overrides)))
+
+
+def test_a_score_in_token_level_rewards_does_not_reach_milegpos_credit() -> None:
+    # why a reward model is refused: verl-agent's estimators read token_level_rewards, where its reward managers put a
+    # reply's score; milegpo's read the env rewards. A +2 bonus on 2 of the 4 trajectories of a task (a success and a
+    # failure) moves verl-agent's GiGPO, GRPO and RLOO by up to 1.09, 0.24 and 1.2 on this batch (run by hand with
+    # verl-agent's own functions, gamma 0.95) and ours not at all
+    episodes = [("A", ["s0", "a", "b"], [0, 0, 10], [True] * 3),
+                ("A", ["s0", "c", "d"], [0, 0, 0], [True, False, True]),
+                ("A", ["s0", "a", "d"], [0, 0, 0], [True] * 3), ("A", ["s0", "b"], [0, 10], [True] * 2)]
+    plain, bonus = verl_agent_batch(episodes), verl_agent_batch(episodes)
+    last = bonus.batch["response_mask"].sum(-1).long() - 1
+    rows = torch.as_tensor(np.isin(bonus.non_tensor_batch["traj_uid"], ["traj-0", "traj-1"]))
+    for column in ("token_level_scores", "token_level_rewards"):
+        bonus.batch[column][rows, last[rows]] += 2.0
+    for method in CREDIT_METHODS:
+        for upstream_exact in (False, True):
+            config = {"upstream_exact": upstream_exact}
+            assert torch.equal(milegpo_verl.compute_step_advantage(plain, method, config)[0],
+                               milegpo_verl.compute_step_advantage(bonus, method, config)[0])
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["reward_model.enable=True"], "reward_model.enable"),
+    (["reward_model.reward_manager=naive"], "reward_model.reward_manager"),
+    (["custom_reward_function.path=/tmp/my_reward.py"], "custom_reward_function.path"),
+])
+@pytest.mark.parametrize("estimator", ["milegpo", "milegpo.gigpo", "milegpo.grpo"])
+def test_a_reward_model_or_custom_reward_function_is_refused_at_construction(
+        installed_trainer_module, overrides: list[str], key: str, estimator: str) -> None:
+    ray_trainer, _ = installed_trainer_module
+    trainer = checked_trainer(ray_trainer, milegpo_only=True)
+    for mile in ({}, {"upstream_exact": True}):
+        config = with_keys(trainer_config(estimator, mile), *overrides)
+        refusal = f"^{key}=.*token_level_scores.*milegpo's step credit does not.*drop {key}$"
+        with pytest.raises(ValueError, match=refusal):
+            trainer(config)
+    assert trainer(trainer_config(estimator)).shown == "grpo"  # verl-agent's defaults (no reward model) pass
+
+
+# ---- every message names the key the user set --------------------------------------------------------------
+
+@pytest.mark.parametrize("config, message", [
+    (trainer_config("milegpo.gigpo", gigpo={"mode": "bogus"}), "algorithm.gigpo.mode must be one of .*'bogus'"),
+    (trainer_config("milegpo.gigpo", gigpo={"step_advantage_w": -1}),
+     "algorithm.gigpo.step_advantage_w must be in \\[0.0, inf\\], got -1"),
+    (trainer_config("milegpo.gigpo", gamma=1.5), "algorithm.gamma must be in \\[0.0, 1.0\\], got 1.5"),
+    (trainer_config("hgpo", gamma=1.5), "algorithm.gamma must be in \\[0.0, 1.0\\], got 1.5"),
+    (trainer_config("milegpo", {"success": "maybe"}),
+     "algorithm.milegpo.success must be 'auto', 'won' or 'reward', got 'maybe'"),
+    (trainer_config("milegpo", {"success_reward": float("inf")}), "algorithm.milegpo.success_reward must be finite"),
+    (trainer_config("milegpo", gamma=0.95),
+     "algorithm.gamma=0.95 has no effect on 'milegpo' \\(only 'hgpo', 'milegpo.gigpo', 'milegpo.hgpo' read it\\)"),
+])
+def test_messages_name_the_key_that_was_set(config, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}") as refused:
+        milegpo_verl.settings_from_config(config)
+    assert "\n" not in str(refused.value)  # one refusal: one line
+
+
+# ---- every refusal in one message ---------------------------------------------------------------------------
+
+#: the algorithm and penalty lines of verl-agent's examples/gigpo_trainer/run_alfworld.sh (mode="mean_std_norm")
+RUN_ALFWORLD_LINES = [
+    "actor_rollout_ref.actor.use_invalid_action_penalty=True",
+    "actor_rollout_ref.actor.invalid_action_penalty_coef=0.1",
+    "algorithm.use_kl_in_reward=False", "algorithm.gamma=0.95", "algorithm.gigpo.step_advantage_w=1.0",
+    "algorithm.gigpo.mode=mean_std_norm",
+]
+
+
+def test_a_converted_run_script_meets_every_refusal_at_once() -> None:
+    config = with_keys(trainer_config("milegpo", {"preset": "alfworld"}), *RUN_ALFWORLD_LINES)
+    with pytest.raises(ValueError) as refused:
+        milegpo_verl.settings_from_config(config)
+    lines = str(refused.value).splitlines()
+    assert lines[0] == ("2 settings cannot be used with algorithm.adv_estimator='milegpo'; change or drop each:")
+    assert lines[1].startswith("  - algorithm.gamma=0.95 has no effect on 'milegpo'")
+    assert lines[2].startswith("  - algorithm.gigpo.mode='mean_std_norm' has no effect on 'milegpo'")
+    assert len(lines) == 3
+    # with those two lines dropped the script's settings pass; for milegpo.gigpo all of them are honoured
+    kept = [line for line in RUN_ALFWORLD_LINES if not line.startswith(("algorithm.gamma", "algorithm.gigpo.mode"))]
+    milegpo_verl.settings_from_config(with_keys(trainer_config("milegpo", {"preset": "alfworld"}), *kept))
+    gigpo = milegpo_verl.settings_from_config(with_keys(trainer_config("milegpo.gigpo"), *RUN_ALFWORLD_LINES))
+    assert (gigpo.credit.gamma, gigpo.credit.norm, gigpo.invalid_action_penalty) == (0.95, "mean_std_norm", 0.1)
+
+
+def test_refusals_of_every_kind_are_listed_together() -> None:
+    config = with_keys(trainer_config("milegpo.gigpo", {"eta": 0.5, "success": "maybe", "gamma": 0.9}),
+                       "algorithm.gamma=0.95", "algorithm.gigpo.mode=bogus", "algorithm.use_kl_in_reward=True",
+                       "algorithm.gigpo.enable_similarity=True", "reward_model.enable=True",
+                       "custom_reward_function.path=/tmp/my_reward.py",
+                       "actor_rollout_ref.actor.invalid_action_penalty_coef=-1")
+    with pytest.raises(ValueError) as refused:
+        milegpo_verl.settings_from_config(config)
+    message = str(refused.value)
+    wanted = ["algorithm.use_kl_in_reward=True", "reward_model.enable=True", "custom_reward_function.path=",
+              "algorithm.gigpo.enable_similarity=True", "algorithm.milegpo.success must be",
+              "algorithm.gigpo.mode must be", "algorithm.milegpo.gamma is set, and verl-agent's algorithm.gamma",
+              "algorithm.milegpo for 'milegpo.gigpo': GiGPOConfig has no field(s) ['eta']",
+              "invalid_action_penalty_coef must be a finite number >= 0"]
+    assert message.startswith(f"{len(wanted)} settings cannot be used with algorithm.adv_estimator='milegpo.gigpo'")
+    assert len(message.splitlines()) == len(wanted) + 1
+    for part in wanted:
+        assert part in message, part
 
 
 # ---- the estimator name: milegpo asked for, another one set ------------------------------------------------------
