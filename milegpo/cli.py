@@ -407,6 +407,40 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- serve
+@subcommand
+def _serve_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="serve a trained policy behind an OpenAI-compatible endpoint",
+        description="Serve a run's policy (or an export, or a model) as an OpenAI-compatible HTTP endpoint: POST "
+                    "/v1/chat/completions and GET /v1/models. The server always generates (a choose-mode run's "
+                    "model writes free text); at temperature 0 a reply is the policy's own greedy generation.")
+    parser.add_argument("source", metavar="RUN_DIR",
+                        help="a folder written by `milegpo train` or `milegpo export` (adapter or --merged), or a "
+                             "model's folder or hub name")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free port)")
+    parser.add_argument("--model-name", default=None,
+                        help="the model name clients send (default: the folder's name, or the hub name)")
+    parser.add_argument("--device", default="auto",
+                        help="where an export or a model is loaded: auto, cpu, cuda (a run folder: its run.device)")
+    parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from milegpo.algos.checkpoint import CheckpointError
+    from milegpo.serve import serve
+
+    try:
+        serve(args.source, host=args.host, port=args.port, model_name=args.model_name, device=args.device,
+              access_log=args.access_log)
+    except (ValueError, FileNotFoundError, ImportError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 # ---------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="milegpo", description="Train long-horizon LLM agents with MileGPO.")
