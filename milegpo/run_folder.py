@@ -18,6 +18,7 @@
       trackers.json            TRACKERS_FILE: W&B / MLflow run ids (a resume continues them)
       learning_curve.png  credit_diagnostics.png  trajectory_credit.png
       previous-<time>/         PREVIOUS_PREFIX: the logs of a run restarted with --resume RUN --restart
+      .milegpo.lock            LOCK_FILE: the writer lock (who trains the folder now; milegpo.run.lock)
 
 Paths inside the run folder are resolved against the folder itself, never against the working
 directory: a run folder can be moved or copied and used from anywhere.
@@ -45,6 +46,7 @@ iteration:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 CONFIG_FILE = "config.json"
@@ -66,6 +68,9 @@ TRAJECTORY_CREDIT_PNG = "trajectory_credit.png"
 #: written by ``milegpo export`` into its output: the mark of a folder ``export --overwrite`` may replace
 EXPORT_MARKER = "milegpo_export.json"
 
+#: the exclusive writer lock of a run folder (:mod:`milegpo.run.lock`); never moved, counted or exported
+LOCK_FILE = ".milegpo.lock"
+
 #: ``milegpo train --resume RUN --restart`` moves the old logs into ``RUN/previous-<time>/``
 PREVIOUS_PREFIX = "previous-"
 
@@ -77,3 +82,19 @@ def inside(path: Path, folder: Path) -> bool:
     """Whether ``path`` lies strictly inside ``folder`` (both taken as absolute, symlinks resolved)."""
     path, folder = path.resolve(), folder.resolve()
     return path != folder and folder in path.parents
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling renamed over it: a reader (``milegpo eval``,
+    ``export``, a plot) sees the old file or the new one, never half of it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -63,7 +63,8 @@ def assert_same_weights(run_dir: Path, reference: Path) -> None:
 
 
 def hidden_folders(run_dir: Path) -> list[str]:
-    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob(".*"))
+    """Hidden leftovers of interrupted saves (the run folder's writer lock file is meant to stay)."""
+    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob(".*") if p.name != ".milegpo.lock")
 
 
 # `milegpo train`, SIGKILLed by itself in the middle of its N-th checkpoint save whose temporary

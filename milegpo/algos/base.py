@@ -57,7 +57,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 
-from milegpo.algos import distributed, iteration, persistence
+from milegpo.algos import distributed, iteration, persistence, preemption
 from milegpo.algos.buffer import TextRolloutBuffer, Trajectory
 from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
 from milegpo.algos.console import use_console_format
@@ -327,7 +327,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 if step.dones[i]:
                     self._record_episode(buffer.trajectories[int(i)])
             callback.update_locals({"step": step, "rollout_buffer": buffer})
-            return callback.on_step()
+            # a stop request ends a one-process rollout at once; ranks agree on it between iterations
+            return callback.on_step() and (self.world.distributed or preemption.stop_requested() is None)
 
         return StepHooks(callback.on_rollout_start, step_played)
 
@@ -414,8 +415,11 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         if self._dump_pending:  # the untrained policy's evaluation (iteration 0): its own row
             self.logger.dump(step=self.num_timesteps)
             self._dump_pending = False
-        timesteps_before = self.num_timesteps
+        if preemption.stop_agreed(self.world):  # a stop was requested during the update or evaluation
+            return False
+        timesteps_before, episodes_before = self.num_timesteps, self._episode_num
         flight, self._in_flight = self._in_flight, None
+        replaying = False
         if flight is not None:  # played during the last update (algo.max_staleness=1)
             plan = flight.plan
             self.rollout_buffer, self._spare_buffer = flight.buffer, self.rollout_buffer
@@ -423,6 +427,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             collected = flight.join(self._step_hooks(callback))
         else:
             plan, policy = self._rollout_plan(), self.policy
+            replaying = self._behaviour_pending
             if self._behaviour_pending:  # loaded from a checkpoint saved while this rollout was in flight
                 assert self._behaviour is not None
                 plan, policy = dataclasses.replace(plan, policy_version=self._iterations - 1), self._behaviour
@@ -433,7 +438,11 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 collected = iteration.collect(policy, env, rollout_buffer, plan, self._step_hooks(callback), reset_obs)
             finally:
                 self._last_obs = None  # the next rollout starts from a fresh group reset
-        if collected is None:  # a callback stopped training
+        if collected is None:  # a callback or a stop request ended the rollout: it is dropped, not counted,
+            # so the run stands at the end of its last completed iteration (what a checkpoint now saves)
+            self.num_timesteps, self._episode_num = timesteps_before, episodes_before
+            if flight is not None or replaying:  # a resumed run plays it again with the same behaviour weights
+                self._behaviour_pending = True
             return False
         self.num_timesteps = timesteps_before + iteration.assign_credit(
             env, rollout_buffer, collected, self.rollout_state, plan, self.logger, timesteps_before)

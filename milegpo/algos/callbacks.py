@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -109,16 +110,36 @@ class CheckpointCallback(IterationCallback):
     :param save_path: folder of the checkpoints.
     :param name_prefix: checkpoint name prefix.
     :param keep_last: how many checkpoints to keep (older ones are deleted; None keeps all).
+    :param save_every_s: also save at the end of the first iteration that ends this many seconds
+        after the last save (or the start): long iterations are not lost to a kill (None: only every
+        ``save_freq`` iterations).
     """
 
     def __init__(self, save_freq: int, save_path: str | os.PathLike, name_prefix: str = "checkpoint",
-                 keep_last: int | None = 2, verbose: int = 0):
+                 keep_last: int | None = 2, verbose: int = 0, save_every_s: float | None = None):
         super().__init__(save_freq, verbose)
         if keep_last is not None and keep_last < 1:
             raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
+        if save_every_s is not None and not save_every_s > 0:
+            raise ValueError(f"save_every_s must be > 0 seconds or None, got {save_every_s}")
         self.save_path = Path(save_path)
         self.name_prefix = name_prefix
         self.keep_last = keep_last
+        self.save_every_s = save_every_s
+        #: the newest checkpoint this callback wrote (None: none yet)
+        self.last_path: Path | None = None
+        self._last_save_time = time.monotonic()
+
+    def _on_training_start(self) -> None:
+        self._last_save_time = time.monotonic()
+
+    def on_iteration_end(self) -> None:
+        overdue = self.save_every_s is not None and time.monotonic() - self._last_save_time >= self.save_every_s
+        if overdue and self._iterations() != self._last_done:
+            self._last_done = self._iterations()
+            self._on_iteration()
+            return
+        super().on_iteration_end()
 
     def _on_training_end(self) -> None:  # a learn() stopped early by a callback: keep its last iteration
         if 0 < self._iterations() != self._last_done:
@@ -128,6 +149,7 @@ class CheckpointCallback(IterationCallback):
     def _on_iteration(self) -> None:
         path = self.save_path / f"{self.name_prefix}_{self.model.num_timesteps}_steps"
         self.model.save(path)
+        self.last_path, self._last_save_time = path, time.monotonic()
         if self.verbose >= 1:
             print(f"Saving model checkpoint to {path}")
         if self.keep_last is not None:

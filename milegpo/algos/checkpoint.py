@@ -94,7 +94,8 @@ def replaceable(path: str | os.PathLike) -> bool:
     path = Path(path)
     if not path.exists():
         return True
-    return path.is_dir() and all(child.name in (CONFIG_FILE, ADAPTER_DIR, OPTIMIZER_FILE) for child in path.iterdir())
+    contents = (CONFIG_FILE, ADAPTER_DIR, BEHAVIOUR_ADAPTER_DIR, OPTIMIZER_FILE)
+    return path.is_dir() and all(child.name in contents for child in path.iterdir())
 
 
 def write_checkpoint(path: str | os.PathLike, config: dict[str, Any], policy: Any,

@@ -104,24 +104,34 @@ class RunConfig:
     :param seed: seeds the adapter, the task draws and the sampling.
     :param device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
     :param checkpoint_freq: save a checkpoint every this many iterations (a killed run resumes from it).
+    :param checkpoint_every_s: also save one when this many seconds passed since the last (null: only
+        every ``checkpoint_freq`` iterations); SIGTERM / SIGINT always save the last completed iteration.
     :param report_to: trackers beside ``progress.csv``: ``tensorboard``, ``wandb``, ``mlflow``.
     :param warm_start: behaviour cloning of the env's noisy scripted expert before RL
         (:class:`~milegpo.config.WarmStartConfig`); null: RL from the model as it is.
     :param tiny_model: the offline model built when ``policy.model`` is null.
+    :param torch_threads: CPU threads of torch's operations in the training process; null: 1 for the
+        offline tiny model (its small matmuls gain nothing from more, and on a loaded machine each extra
+        thread waits for a core: measured ~12x slower per iteration with one per core), torch's default
+        (one per core) for a named model.
     """
 
     total_timesteps: int = 1_000_000
     seed: int = 0
     device: str = "auto"
     checkpoint_freq: int = 10
+    checkpoint_every_s: float | None = 1800.0
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     warm_start: WarmStartConfig | None = None
     tiny_model: TinyModelConfig = field(default_factory=TinyModelConfig)
+    torch_threads: int | None = None
 
     def __post_init__(self) -> None:
         check_int("run.total_timesteps", self.total_timesteps, 1)
+        check_int("run.torch_threads", self.torch_threads, 1, optional=True)
         check_int("run.seed", self.seed, 0)
         check_int("run.checkpoint_freq", self.checkpoint_freq, 1)
+        check_number("run.checkpoint_every_s", self.checkpoint_every_s, optional=True)
         if not isinstance(self.device, str) or (self.device != "auto" and not self.device.startswith(
                 ("cpu", "cuda", "mps", "xpu"))):
             raise ValueError(f"run.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")

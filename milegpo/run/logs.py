@@ -27,7 +27,15 @@ from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger, T
 
 from milegpo.algos.console import console_format
 from milegpo.credit.batch import load_step_batch
-from milegpo.run_folder import BASE_MODEL_DIR, CONFIG_FILE, JSONL_LOGS, LAST_BATCH_FILE, PREVIOUS_PREFIX, PROGRESS_FILE
+from milegpo.run_folder import (
+    BASE_MODEL_DIR,
+    CONFIG_FILE,
+    JSONL_LOGS,
+    LAST_BATCH_FILE,
+    LOCK_FILE,
+    PREVIOUS_PREFIX,
+    PROGRESS_FILE,
+)
 
 #: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
 ITERATION_KEY = "time/iterations"
@@ -131,7 +139,7 @@ def move_logs_aside(run_dir: str | os.PathLike) -> Path:
         aside = aside.with_name(f"{PREVIOUS_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{suffix}")
     aside.mkdir()
     for path in sorted(run_dir.iterdir()):
-        if path.name not in (CONFIG_FILE, BASE_MODEL_DIR) and not path.name.startswith(PREVIOUS_PREFIX):
+        if path.name not in (CONFIG_FILE, BASE_MODEL_DIR, LOCK_FILE) and not path.name.startswith(PREVIOUS_PREFIX):
             os.replace(path, aside / path.name)
     return aside
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -215,8 +216,13 @@ def _save(fig: plt.Figure, out_png: str | Path) -> Path:
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.png")  # renamed over: a reader never sees half a plot
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, out)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return out
 
 

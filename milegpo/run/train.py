@@ -22,11 +22,12 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from milegpo.config.policy import absolute_model_path
 from milegpo.envs import env_vocabulary, make_env
@@ -43,10 +44,15 @@ from milegpo.run_folder import (
     FINAL_DIR,
     LAST_BATCH_FILE,
     LEARNING_CURVE_PNG,
+    LOCK_FILE,
     PROGRESS_FILE,
     TRAJECTORY_CREDIT_PNG,
     WARM_START_FILE,
+    write_atomic,
 )
+
+if TYPE_CHECKING:
+    from milegpo.run.lock import RunFolderLock
 
 
 def run_base_model(config: TrainConfig, run_dir: str | Path) -> str:
@@ -123,13 +129,46 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
     check_setup(config)
     check_available(config.run.report_to)
     config = with_absolute_model_path(config)
+    set_torch_threads(config)
+    from milegpo.algos import preemption
+
     owns_group = distributed.launched_by_torchrun() and not distributed.group_initialized()
     world = distributed.init_from_environment(config.run.device)
     try:
-        return _train_ranks(config, world, run_dir, resume, progress_bar, verbose, restart)
+        with preemption.stop_on_signals():
+            return _train_ranks(config, world, run_dir, resume, progress_bar, verbose, restart)
     finally:
         if owns_group:  # a rank that exits with its process group alive can abort in gloo's threads
             distributed.shutdown()
+
+
+def set_torch_threads(config: TrainConfig) -> int:
+    """Set torch's CPU threads for the run (``run.torch_threads``; null: 1 for the offline tiny model, torch's
+    default for a named model); returns the number in use."""
+    import torch
+
+    threads = config.run.torch_threads or (1 if config.policy.model is None else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def _lock_run_dir(run_dir: Path, world: Any) -> RunFolderLock | None:
+    """Rank 0 takes the run folder's writer lock; every rank raises the refusal when another
+    process holds it (:mod:`milegpo.run.lock`). Returns the held lock (None on the other ranks)."""
+    from milegpo.algos import distributed
+    from milegpo.run.lock import RunFolderBusyError, RunFolderLock
+
+    lock, refusal = None, None
+    if world.is_main:
+        try:
+            lock = RunFolderLock(run_dir).acquire()
+        except RunFolderBusyError as exc:
+            refusal = str(exc)
+    refusal = distributed.broadcast_from_main(refusal, world)
+    if refusal is not None:
+        raise RunFolderBusyError(refusal)
+    return lock
 
 
 def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, resume: bool, progress_bar: bool,
@@ -142,13 +181,34 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
                          f"({world.size}): "
                          "each process plays whole task groups")
     run_dir = Path(distributed.broadcast_from_main(str(run_dir or default_run_dir(config)), world))
-    main = world.is_main
-    verbose = verbose if main else 0
     if resume and not (run_dir / CONFIG_FILE).exists():
         raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo "
                                 f"train` wrote")
-    if not resume:
-        check_new_run_dir(run_dir)
+    if not resume and not (run_dir / CONFIG_FILE).exists():
+        check_new_run_dir(run_dir)  # before the lock makes the folder: a file or a user's folder stays untouched
+    lock = _lock_run_dir(run_dir, world)
+    created = lock is not None and lock.created_folder
+    try:
+        if not resume:  # again under the lock: another process may have started this run meanwhile
+            check_new_run_dir(run_dir)
+        return _train_locked(config, world, run_dir, resume, progress_bar, verbose, restart, created)
+    except BaseException:
+        if lock is not None and created and not any((run_dir / CHECKPOINTS_DIR).glob("*")):
+            lock.release()
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was trained: leave no stray folder
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_locked(config: TrainConfig, world: Any, run_dir: Path, resume: bool, progress_bar: bool, verbose: int,
+                  restart: bool, created: bool) -> Path:
+    """:func:`train` with the run folder's writer lock held (by rank 0)."""
+    from milegpo.algos import distributed, preemption
+
+    main = world.is_main
+    verbose = verbose if main else 0
     checkpoint = None
     if resume:
         if main:
@@ -165,12 +225,11 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
 
     from milegpo.envs import make_vec_env
 
-    created = not run_dir.exists()
     env = None
     try:
         if main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+            write_atomic(run_dir / CONFIG_FILE, json.dumps(config.to_dict(), indent=2) + "\n")
             model_path = prepare_model(config, run_dir)
         model_path = distributed.broadcast_from_main(model_path if main else None, world)
         env = make_vec_env(config.env.id, n_tasks=config.env.n_tasks // world.size, group_size=config.env.group_size,
@@ -191,8 +250,6 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
     except BaseException:
         if env is not None:
             env.close()
-        if main and created and not any((run_dir / CHECKPOINTS_DIR).glob("*")):
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was trained: leave no stray folder
         raise
     resumed = checkpoint is not None
 
@@ -210,7 +267,9 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
                       ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items() if n))
         model.set_logger(configure_run_logger(run_dir, verbose=verbose, report_to=config.run.report_to,
                                               config=config.to_dict()))
-        callbacks.append(CheckpointCallback(config.run.checkpoint_freq, run_dir / CHECKPOINTS_DIR))
+        saver = CheckpointCallback(config.run.checkpoint_freq, run_dir / CHECKPOINTS_DIR,
+                                   save_every_s=config.run.checkpoint_every_s)
+        callbacks.append(saver)
         for index, split in enumerate(config.eval.splits):  # every split in the log rows, the first is eval.jsonl
             eval_envs.append(_eval_env(config, split))
             callbacks.append(EvalCallback(eval_envs[-1], eval_freq=config.eval.freq,
@@ -231,11 +290,33 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
         env.close()
         for eval_env in eval_envs:
             eval_env.close()
+    signum = preemption.stop_requested()
+    if preemption.stop_agreed(world):  # stopped at a safe point: the last completed iteration is saved
+        assert signum is not None or world.distributed
+        raise preemption.RunStopped(_stopped_message(run_dir, model, saver if main else None, signum, created),
+                                    signum or signal.SIGTERM)
     if main:
         model.save(run_dir / FINAL_DIR)
         _finish(model, config, run_dir, verbose, progress_bar, logger=model.logger)
     distributed.barrier(world)  # the other ranks wait for rank 0's final save and evaluation
     return run_dir
+
+
+def _stopped_message(run_dir: Path, model: Any, saver: Any, signum: signal.Signals | None, created: bool) -> str:
+    """The one line of a run stopped on a signal: what is saved and how to continue (a new run stopped
+    before its first iteration ended is removed, as any new run that trained nothing)."""
+    name = signum.name if signum is not None else "a stop request"
+    where = f"iteration {model.iterations}, {model.num_timesteps} env steps"
+    if saver is not None and saver.last_path is not None:
+        return (f"stopped on {name} at {where}: checkpoint {saver.last_path}; continue with milegpo train --resume "
+                f"{run_dir}")
+    if model.iterations == 0 and created:
+        return (f"stopped on {name} before the first iteration ended: nothing was trained, so the new run folder "
+                f"{run_dir} is removed; run the same command again to start over")
+    if model.iterations == 0:
+        return (f"stopped on {name} before the first iteration ended: nothing trained to save; start the run over "
+                f"with milegpo train --resume {run_dir} --restart")
+    return f"stopped on {name} at {where}; continue with milegpo train --resume {run_dir}"
 
 
 def start_model(config: TrainConfig, env: Any, model_path: str, device: str = "cpu",
@@ -274,7 +355,7 @@ def _warm_start(model: Any, config: TrainConfig, run_dir: Path | None, verbose: 
     finally:
         env.close()
     if run_dir is not None:
-        (run_dir / WARM_START_FILE).write_text(json.dumps(report, indent=2) + "\n")
+        write_atomic(run_dir / WARM_START_FILE, json.dumps(report, indent=2) + "\n")
     if verbose:
         fit = report["epochs"][-1]
         print(f"Warm start: {report['steps']} demonstration steps (demonstrator success "
@@ -297,7 +378,7 @@ class RunFolderError(ValueError):
 
 def check_new_run_dir(run_dir: Path) -> None:
     """A new run writes only into a new or empty folder: never over another run or a user's files."""
-    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+    if not run_dir.exists() or (run_dir.is_dir() and all(child.name == LOCK_FILE for child in run_dir.iterdir())):
         return
     if (run_dir / CONFIG_FILE).exists():
         raise RunFolderError(f"{str(run_dir)!r} is already a run folder: continue it with --resume {run_dir}, "
@@ -379,7 +460,7 @@ def _finish(model: Any, config: TrainConfig, run_dir: Path, verbose: int, progre
     from milegpo.run.tracking import finish_trackers, tracker_formats
 
     results = evaluate_model(model, config, progress=progress_bar and bool(verbose))
-    (run_dir / EVAL_FINAL_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    write_atomic(run_dir / EVAL_FINAL_FILE, json.dumps(results, indent=2) + "\n")
     write_plots_safely(run_dir)
     if logger is None:
         logger = Logger(folder=None, output_formats=tracker_formats(config.run.report_to, run_dir, config.to_dict()))
