@@ -402,6 +402,9 @@ def run_export(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, FileExistsError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a folder it may not write: nothing of OUT was changed
+        print(f"error: {os_error_text(exc)}; {args.out} is left as it was", file=sys.stderr)
+        return 1
     kind = "merged model" if args.merged else "LoRA adapter"
     print(f"Exported the {kind} of {args.run_dir} to {out}")
     return 0
