@@ -53,7 +53,7 @@ def build_app(engine: ChatEngine) -> FastAPI:
     async def chat_completions(http: Request) -> dict[str, Any] | StreamingResponse:
         try:
             body = json.loads(await http.body())
-        except ValueError as exc:  # not UTF-8, or not JSON
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the decoder's limit
             raise APIError(f"the request body is not valid JSON ({exc})") from None
         request = engine.parse(body)
         try:

@@ -79,6 +79,6 @@ def _content_beside_calls(text: str, tokenizer: Any) -> str | None:
     schema = getattr(tokenizer, "response_template", None) or TOOL_CALL_RESPONSE_TEMPLATE
     try:
         content = parse_response(text, schema, prefix="").get("content")
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return (content.strip() or None) if isinstance(content, str) else None

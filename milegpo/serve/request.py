@@ -100,7 +100,7 @@ def parse_chat_request(body: Any, model_name: str, default_temperature: float, n
     return ChatRequest(
         messages=chat_messages(body["messages"], native_tools), tools=tools,
         temperature=default_temperature if temperature is None else temperature, max_tokens=max_tokens,
-        n=_integer(body, "n", 1, MAX_N) or 1, stop=_stop(body.get("stop")), seed=_integer(body, "seed"),
+        n=_integer(body, "n", 1, MAX_N) or 1, stop=_stop(body.get("stop")), seed=_integer(body, "seed", 0),
         logprobs=logprobs, top_logprobs=top_logprobs, stream=_flag(body, "stream"),
         include_usage=bool(stream_options.get("include_usage")),
     )  # fmt: skip

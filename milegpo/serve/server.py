@@ -43,7 +43,10 @@ def serve(source: str, host: str = "127.0.0.1", port: int = 8000, model_name: st
             print(start_line(served, engine.name, host, sock.getsockname()[1]), file=out or sys.stdout, flush=True)
             config = uvicorn.Config(build_app(engine), log_level="info" if access_log else "warning",
                                     access_log=access_log)
-            uvicorn.Server(config).run(sockets=[sock])
+            try:
+                uvicorn.Server(config).run(sockets=[sock])
+            except KeyboardInterrupt:  # Ctrl-C is how it stops: uvicorn shut down cleanly, then raised it again
+                pass
         finally:
             engine.close()
     finally:
