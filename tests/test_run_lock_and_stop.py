@@ -239,7 +239,7 @@ def test_time_based_checkpoints(tmp_path: Path) -> None:
     never_due = CheckpointCallback(1000, tmp_path / "counted", keep_last=None, save_every_s=3600)
     model.learn(24, callback=[every_iteration, never_due])
     assert len(list((tmp_path / "timed").iterdir())) == model.iterations >= 3
-    assert len(list((tmp_path / "counted").iterdir())) == 1  # the last iteration only
+    assert len(list((tmp_path / "counted").iterdir())) == 2  # the first iteration (kill-safe early) and the last
     with pytest.raises(ValueError, match="save_every_s must be > 0"):
         CheckpointCallback(1, tmp_path, save_every_s=0)
 

@@ -59,7 +59,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from milegpo.algos import distributed, iteration, persistence, preemption
 from milegpo.algos.buffer import TextRolloutBuffer, Trajectory
-from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks
+from milegpo.algos.callbacks import IterationCallback, as_callback, flatten_callbacks, refuse_sb3_callbacks
 from milegpo.algos.console import use_console_format
 from milegpo.algos.counters import TrainingCounters
 from milegpo.algos.errors import TrainingError
@@ -104,7 +104,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
     :param policy_kwargs: the policy's settings: a :class:`~milegpo.config.PolicyConfig` or a dict of its
         fields (``model`` path or name, ``mode``, ``lora``, ...).
     :param verbose: 0 silent, 1 one line per iteration on stdout (success, held-out success, loss,
-        seconds), 2 SB3's table of every logged value.
+        seconds), 2 SB3's table of every logged value; None (the default): 1 when no model is given (the
+        offline demo setting, which then also ends ``learn`` with a line on what was learned), else 0.
     :param seed: seeds python/numpy/torch, the task draws, the minibatch shuffling, the adapter's
         initial weights and the policy's action sampling.
     :param device: ``"auto"``, ``"cpu"``, ``"cuda"`` ... (given to the policy).
@@ -126,7 +127,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         policy_kwargs: PolicyConfig | Mapping[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
-        verbose: int = 0,
+        verbose: int | None = None,
         seed: int | None = None,
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
@@ -136,6 +137,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             raise TypeError(f"{type(self).__name__} has no credit_method: use MileGPO, GraphGPO, GiGPO or GRPO")
         if env is not None:
             self._checked_env(env)
+        if isinstance(policy, str) and policy not in self.policy_aliases:  # before a model is built for it
+            raise ValueError(f"unknown policy {policy!r}: {type(self).__name__} trains a language model, "
+                             f"{sorted(self.policy_aliases)} (SB3's MlpPolicy/CnnPolicy act on arrays, not text)")
         _refuse_policy_settings(settings)
         given_config = config
         config = with_overrides(AlgoConfig, config if config is not None else {"method": self.credit_method},
@@ -154,6 +158,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
                 self._checked_env(env), config, algo_given, self.policy_config,
                 explicit_fields(policy_kwargs, PolicyConfig()), seed)
         self.config = config
+        if verbose is None:
+            verbose = 1 if self.offline_setting else 0
 
         super().__init__(
             policy,  # type: ignore[arg-type]  # SB3 types its policy classes as ActorCriticPolicy
@@ -192,6 +198,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         self._spare_buffer: TextRolloutBuffer | None = None
         self._behaviour_pending = False
         self._last_update_stats: dict[str, float] = {}
+        #: train success of each iteration of the current learn() call (its closing line in the demo setting)
+        self._success_curve: list[float] = []
         if _init_setup_model:
             self._setup_model()
 
@@ -302,6 +310,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
         callback = as_callback(callback, progress_bar)
+        refuse_sb3_callbacks(flatten_callbacks(callback))
         callback.init_callback(self)
         self._callback = callback
         return callback
@@ -385,11 +394,19 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         if total_timesteps is None:
             total_timesteps = default_budget(self.offline_setting)
         updates_before, skipped_before = self._n_updates, self._skipped_steps
+        steps_before, started = self.num_timesteps, time.monotonic()
+        self._success_curve = []
         try:
             super().learn(total_timesteps, callback, log_interval, tb_log_name or type(self).__name__,
                           reset_num_timesteps, progress_bar)
         finally:  # a learn() that failed or was stopped leaves no rollout playing
             self._cancel_overlapped()
+        if self.offline_setting and self.verbose and self._success_curve:
+            curve = self._success_curve
+            print(f"Learned {self.num_timesteps - steps_before:,} env steps in {time.monotonic() - started:.0f} s: "
+                  f"train success {curve[0]:.2f} in the first iteration, {curve[-1]:.2f} in the last "
+                  f"(best {max(curve):.2f}). Keep it with model.save(DIR); held-out success: model.evaluate(env, "
+                  f"n_episodes=N) on make_vec_env(..., env_kwargs={{'split': 'eval_id'}})")
         skipped = self._skipped_steps - skipped_before
         if skipped and self._n_updates == updates_before:
             raise TrainingError(f"no update was applied: all {skipped} optimizer steps of this learn() call had a "
@@ -446,6 +463,8 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             return False
         self.num_timesteps = timesteps_before + iteration.assign_credit(
             env, rollout_buffer, collected, self.rollout_state, plan, self.logger, timesteps_before)
+        if "rollout/success_rate" in self.rollout_state.log:
+            self._success_curve.append(float(self.rollout_state.log["rollout/success_rate"]))
         callback.update_locals({"rollout_buffer": rollout_buffer, "collected": collected})
         callback.on_rollout_end()
         return True
@@ -547,6 +566,9 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         are not supported: the checkpoint content is fixed."""
         if exclude is not None or include is not None:
             raise ValueError("milegpo checkpoints have a fixed content: exclude/include are not supported")
+        if os.fspath(path).endswith(".zip"):
+            raise ValueError(f"milegpo checkpoints are folders (LoRA adapter, optimizer state, JSON), not SB3 zip "
+                             f"files: save to {os.fspath(path)[:-4]!r} instead of {os.fspath(path)!r}")
         state = persistence.RunState(
             algorithm=type(self).__name__, algo=self.config,
             policy_class=persistence.policy_class_name(self.policy_class, self.policy_aliases),

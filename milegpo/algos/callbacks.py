@@ -104,7 +104,8 @@ class IterationCallback(BaseCallback):
 
 
 class CheckpointCallback(IterationCallback):
-    """Save the model every ``save_freq`` iterations to ``save_path/<prefix>_<steps>_steps``.
+    """Save the model every ``save_freq`` iterations to ``save_path/<prefix>_<steps>_steps``, and after the
+    run's first iteration (so a run killed early can resume).
 
     :param save_freq: iterations (rollout + update) between checkpoints.
     :param save_path: folder of the checkpoints.
@@ -135,7 +136,8 @@ class CheckpointCallback(IterationCallback):
 
     def on_iteration_end(self) -> None:
         overdue = self.save_every_s is not None and time.monotonic() - self._last_save_time >= self.save_every_s
-        if overdue and self._iterations() != self._last_done:
+        first = self._iterations() == 1  # a run killed early resumes after its first iteration, not its freq-th
+        if (overdue or first) and self._iterations() != self._last_done:
             self._last_done = self._iterations()
             self._on_iteration()
             return
@@ -249,6 +251,17 @@ class TextProgressBarCallback(ProgressBarCallback):
                              options={"speed_estimate_period": self.SPEED_PERIOD_S})
         self._start = self.model.num_timesteps
 
+    def _on_training_end(self) -> None:
+        # the last rollout finishes its episodes past the budget: end the bar on the steps really played
+        played = self.model.num_timesteps - self._start
+        if played > self.pbar.total:
+            self.pbar.total = played
+            progress = getattr(self.pbar, "_prog", None)  # tqdm.rich's rich Progress keeps its own copy of the total
+            if progress is not None:
+                progress.update(self.pbar._task_id, total=played)
+        self.pbar.update(played - self.pbar.n)
+        super()._on_training_end()
+
 
 def flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
     """The leaf callbacks of a (nested) CallbackList, in order."""
@@ -257,6 +270,23 @@ def flatten_callbacks(callback: BaseCallback | None) -> list[BaseCallback]:
     if isinstance(callback, CallbackList):
         return [leaf for child in callback.callbacks for leaf in flatten_callbacks(child)]
     return [callback]
+
+
+def refuse_sb3_callbacks(callbacks: Sequence[BaseCallback]) -> None:
+    """stable-baselines3's EvalCallback and CheckpointCallback cannot serve a group-RL run (SB3's evaluation counts
+    the finished envs of a group as new episodes; its checkpoints are zip files saved per env step): refuse them
+    before training starts, naming the drop-in replacement."""
+    from stable_baselines3.common import callbacks as sb3
+
+    for callback in callbacks:
+        if isinstance(callback, sb3.EvalCallback):
+            raise ValueError("stable_baselines3's EvalCallback plays a grouped text env through SB3's evaluate_policy, "
+                             "which counts finished envs as new episodes: use milegpo.algos.EvalCallback(eval_env, "
+                             "eval_freq=ITERATIONS, n_eval_tasks=N) (its frequency counts iterations)")
+        if isinstance(callback, sb3.CheckpointCallback):
+            raise ValueError("stable_baselines3's CheckpointCallback saves zip files every N env steps: use "
+                             "milegpo.algos.CheckpointCallback(save_freq=ITERATIONS, save_path=DIR) (checkpoint "
+                             "folders after whole iterations, resumable)")
 
 
 def as_callback(callback: Any, progress_bar: bool = False) -> BaseCallback:

@@ -37,7 +37,7 @@ class IterationLineFormat(KVWriter):
         if shown:
             parts.append("held-out " + ", ".join(shown))
         if number("train/loss") is not None:
-            parts.append(f"loss {number('train/loss'):+.4f}")
+            parts.append(f"loss {loss_text(number('train/loss'))}")
         if number("train/skipped_steps"):
             parts.append(f"{int(number('train/skipped_steps') or 0)} update steps skipped (non-finite)")
         seconds = sum(number(k) or 0.0 for k in ("time/rollout_s", "time/credit_s", "time/update_s"))
@@ -62,3 +62,9 @@ def use_console_format(logger: Logger, verbose: int) -> None:
                if not (isinstance(f, HumanOutputFormat) and getattr(f, "file", None) is sys.stdout)]
     console = console_format(verbose)
     logger.output_formats = ([console] if console is not None else []) + formats
+
+
+def loss_text(loss: float) -> str:
+    """A loss for the console: four decimals, or three significant digits when it is smaller than that
+    (a small run's losses are ~1e-6, which four decimals show as a meaningless ``+0.0000``)."""
+    return f"{loss:+.4f}" if loss == 0 or abs(loss) >= 1e-3 else f"{loss:+.3e}"

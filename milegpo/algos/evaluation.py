@@ -4,8 +4,9 @@ Use a :class:`~milegpo.envs.vec_env.GroupedTextVecEnv` built on the eval split,
 e.g. ``make_vec_env("milegpo/House-v0", n_tasks=8, group_size=1,
 env_kwargs={"split": "eval_id"})``. Tasks are given by their seeds (by the
 TextEnv convention seed ``s`` is task ``s % num_tasks`` of the split, so
-``n_episodes=n`` evaluates seeds ``0..n-1``: the first ``n`` tasks of the split);
-they are run ``env.n_tasks`` at a time.
+``n_episodes=n`` evaluates seeds ``0..n-1``: the first ``n`` tasks of the split). An env without
+task splits is evaluated on its held-out seeds (``2**30`` up), which training never draws.
+Tasks are run ``env.n_tasks`` at a time.
 
 ``group_size`` 1 is the usual choice: a greedy policy on a deterministic env plays
 the same episode in every copy. With ``group_size`` > 1 all copies of each task are
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 
 from milegpo.algos.rollout import RolloutStep, play_episodes
 from milegpo.contracts import ActingPolicy
+from milegpo.envs.core import HELD_OUT_SEEDS_START
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 
@@ -71,7 +73,8 @@ def _run_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, task_seeds: Sequ
         policy.temperature = float(temperature)
     results: list[dict[str, Any]] = []
     seeds = [int(s) for s in task_seeds]
-    bar = tqdm(total=len(seeds), desc="eval", unit="task", disable=not progress, leave=False)
+    # disable=None: no bar when stderr is no terminal (a log file would hold the bar's redraws on the result's line)
+    bar = tqdm(total=len(seeds), desc="eval", unit="task", disable=None if progress else True, leave=False)
     try:
         for start in range(0, len(seeds), env.n_tasks):
             chunk = seeds[start : start + env.n_tasks]
@@ -102,6 +105,14 @@ def _run_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, task_seeds: Sequ
     return results
 
 
+def default_task_seeds(env: GroupedTextVecEnv, n: int) -> list[int]:
+    """The ``n`` task seeds an evaluation of ``env`` plays when none are given: ``0..n-1`` (the first tasks of
+    its split) when the env has task splits, else the held-out seeds ``HELD_OUT_SEEDS_START + i`` that
+    training never draws (what ``milegpo train`` / ``milegpo eval`` evaluate as the split ``held_out``)."""
+    start = 0 if getattr(env, "has_task_splits", True) else HELD_OUT_SEEDS_START
+    return list(range(start, start + n))
+
+
 def evaluate(model: HasPolicy | ActingPolicy, env: GroupedTextVecEnv, n_episodes: int | None = None,
              task_seeds: Sequence[int] | None = None, deterministic: bool = True,
              temperature: float | None = None, seed: int | None = None, progress: bool = False) -> dict[str, Any]:
@@ -109,7 +120,8 @@ def evaluate(model: HasPolicy | ActingPolicy, env: GroupedTextVecEnv, n_episodes
 
     :param model: an algorithm (its ``.policy`` is used) or a policy with ``act``.
     :param env: a GroupedTextVecEnv on the eval split (see the module docstring).
-    :param n_episodes: evaluate task seeds ``0..n_episodes-1`` (the first tasks of the split).
+    :param n_episodes: evaluate ``n_episodes`` tasks: seeds ``0..n_episodes-1`` (the first tasks of the split)
+        of an env with task splits, the held-out seeds of one without (:func:`default_task_seeds`).
     :param task_seeds: explicit task seeds instead of ``n_episodes``.
     :param deterministic: greedy actions (True) or sampled ones.
     :param temperature: sampled actions only: the sampling temperature of the evaluation
@@ -128,8 +140,8 @@ def evaluate(model: HasPolicy | ActingPolicy, env: GroupedTextVecEnv, n_episodes
     fixed seed per split: pass ``deterministic=False, temperature=..., seed=...`` for their numbers.
     """
     if (n_episodes is None) == (task_seeds is None):
-        raise ValueError("give exactly one of n_episodes (seeds 0..n-1) or task_seeds")
-    seeds = list(range(int(n_episodes or 0))) if task_seeds is None else [int(s) for s in task_seeds]
+        raise ValueError("give exactly one of n_episodes (the first n tasks, or n held-out seeds) or task_seeds")
+    seeds = default_task_seeds(env, int(n_episodes or 0)) if task_seeds is None else [int(s) for s in task_seeds]
     if not seeds:
         raise ValueError("nothing to evaluate: no task seeds")
     episodes = run_episodes(_policy_of(model), env, seeds, deterministic, temperature, seed, progress)
@@ -172,9 +184,9 @@ def evaluate_policy(model: HasPolicy | ActingPolicy, env: GroupedTextVecEnv, n_e
                     deterministic: bool = True, return_episode_rewards: bool = False,
                     ) -> tuple[float, float] | tuple[list[float], list[int]]:
     """SB3's ``evaluate_policy`` for text agents: ``(mean_reward, std_reward)`` over the
-    episodes of task seeds ``0..n_eval_episodes-1`` (all copies), or the per-episode
+    episodes of ``n_eval_episodes`` tasks (:func:`default_task_seeds`; all copies), or the per-episode
     rewards and lengths with ``return_episode_rewards=True``."""
-    episodes = run_episodes(_policy_of(model), env, list(range(n_eval_episodes)), deterministic)
+    episodes = run_episodes(_policy_of(model), env, default_task_seeds(env, n_eval_episodes), deterministic)
     rewards = [e["return"] for e in episodes]
     if return_episode_rewards:
         return rewards, [e["length"] for e in episodes]

@@ -64,7 +64,7 @@ def offline_setting(env: GroupedTextVecEnv, algo: AlgoConfig, algo_given: set[st
     from milegpo.envs.vocabulary import env_texts
     from milegpo.policies.tiny import cached_env_tiny_model
 
-    name = str(getattr(env.env_fn, "env_id", None) or getattr(env.env_fn, "__name__", type(env.env_fn).__name__))
+    name = env.env_name
     demo_policy = {k: v for k, v in preset_section(DEMO_PRESET, "policy").items() if k not in policy_given}
     policy = from_dict(PolicyConfig, {**to_dict(policy), **demo_policy}, "policy")
     sample = env.env_fn()
@@ -78,8 +78,12 @@ def offline_setting(env: GroupedTextVecEnv, algo: AlgoConfig, algo_given: set[st
     demo_algo = {k: v for k, v in preset_section(DEMO_PRESET, "algo").items() if k not in algo_given}
     algo = from_dict(AlgoConfig, {**to_dict(algo), **demo_algo}, "algo")
     changed = ", ".join(f"{k}={v}" for k, v in {**demo_algo, **demo_policy}.items())
+    import torch
+
+    torch.set_num_threads(1)  # the tiny model's small matmuls gain nothing from more; on a loaded machine they cost
     print(f"No model given: training the {DEMO_PRESET} setting on {name}, an offline tiny LM built from the env's "
-          f"texts ({model}) with {changed}. For a real LM pass {REAL_MODEL_HINT}.", file=sys.stderr)
+          f"texts ({model}) with {changed}, on 1 torch thread (torch.set_num_threads to change). For a real LM "
+          f"pass {REAL_MODEL_HINT}.", file=sys.stderr)
     return algo, dataclasses.replace(policy, model=model)
 
 

@@ -58,7 +58,7 @@ import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
 from milegpo.envs.core import HELD_OUT_SEEDS_START, TextEnv, TextSpace
-from milegpo.envs.registration import KwargsFactory, RegisteredEnvFactory  # noqa: F401 (RegisteredEnvFactory: public here)
+from milegpo.envs.registration import KwargsFactory, RegisteredEnvFactory, takes_split
 from milegpo.envs.vec_worker import EnvWorkerError, LocalWorker, ProcessWorker, Result  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -99,6 +99,16 @@ class EnvErrorLog:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+def _accepts_split(factory: object) -> bool:
+    """Whether a callable takes a ``split`` argument (unreadable signature: assumed yes, as for ids)."""
+    import inspect
+
+    try:
+        return "split" in inspect.signature(factory).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
 
 
 class GroupedTextVecEnv(VecEnv):
@@ -186,6 +196,27 @@ class GroupedTextVecEnv(VecEnv):
         self.seed(seed)
 
     # ------------------------------------------------------------ properties
+    @property
+    def env_name(self) -> str:
+        """The env's name for messages: its registered id, else its class's or factory's name."""
+        fn: object = self.env_fn
+        if isinstance(fn, RegisteredEnvFactory):
+            return fn.env_id
+        fn = fn.factory if isinstance(fn, KwargsFactory) else fn
+        return str(getattr(fn, "__name__", None) or type(fn).__name__)
+
+    @property
+    def has_task_splits(self) -> bool:
+        """Whether the envs play a task split (their constructor takes ``split``): evaluation then plays the
+        split's first tasks; without splits it plays held-out task seeds (``HELD_OUT_SEEDS_START`` up), which
+        training never draws."""
+        fn: object = self.env_fn
+        if isinstance(fn, RegisteredEnvFactory):
+            return "split" in fn.env_kwargs or takes_split(fn.env_id)
+        if isinstance(fn, KwargsFactory):
+            return "split" in fn.kwargs or _accepts_split(fn.factory)
+        return _accepts_split(fn)
+
     @property
     def active(self) -> np.ndarray:
         """Bool array: the env's episode is still running (a copy)."""
