@@ -441,6 +441,9 @@ def run_serve(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, ImportError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the model loads (once serving, Ctrl-C stops the server cleanly)
+        print("\ninterrupted", file=sys.stderr)
+        return 130
     return 0
 
 

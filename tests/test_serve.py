@@ -280,6 +280,8 @@ def test_serve_refuses_a_missing_source_and_a_taken_port(run: Path, tmp_path: Pa
         taken.listen(1)
         assert main(["serve", str(run), "--port", str(taken.getsockname()[1])]) == 2
     assert "cannot listen on 127.0.0.1:" in capsys.readouterr().err
+    assert main(["serve", str(run), "--port", "70000"]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot listen on 127.0.0.1:70000 (")
 
 
 def test_a_choose_mode_run_is_served_generating_and_says_so(tmp_path: Path) -> None:

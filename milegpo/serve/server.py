@@ -60,10 +60,10 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:  # taken, not an address here, or a port outside 0-65535
         sock.close()
-        raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): choose another --port or "
-                         "--host") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"cannot listen on {host}:{port} ({reason}): choose another --port or --host") from None
     return sock
 
 
