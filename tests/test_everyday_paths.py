@@ -155,3 +155,20 @@ def test_logs_to_a_file_keep_bars_apart_and_count_every_step(tmp_path: Path) -> 
     assert "\r" not in text and "eval:" not in text  # no bar redraws in a file, nor on the result's line
     steps = int(next(line for line in reversed(log.stdout.splitlines()) if line.startswith("iter")).split()[4])
     assert steps > 170 and f"{steps}/{steps}" in text  # the bar ends on the steps played, not the budget
+
+
+def test_torch_threads_follow_the_model() -> None:
+    import torch
+
+    from milegpo.run.config import resolve_config
+    from milegpo.run.train import set_torch_threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert set_torch_threads(resolve_config("cpu-demo")) == 1  # the tiny model: one thread
+        assert set_torch_threads(resolve_config("cpu-demo", overrides=["run.torch_threads=2"])) == 2
+        torch.set_num_threads(2)
+        assert set_torch_threads(resolve_config(overrides=["policy.model=some/model"])) == 2  # torch's, untouched
+    finally:
+        torch.set_num_threads(before)
