@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("openenv.core.env_server.interfaces",
                     reason='pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"')
 
+from console_script import run_milegpo  # noqa: E402
 from example_modules import load_example  # noqa: E402
 from fastmcp import FastMCP  # noqa: E402
 from openenv.core.env_server.interfaces import Environment  # noqa: E402
@@ -161,11 +162,30 @@ def test_a_group_starts_from_one_state_and_the_state_key_is_openenvs_state() -> 
     assert isinstance(make_env(f"openenv:{GAME}"), OpenEnvEnv)
 
 
+class UnnamedActionEnvironment(Environment):
+    """Names its action class nowhere: neither Environment[MyAction, ...] nor an annotation of step's action."""
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: object) -> GuessObservation:
+        return GuessObservation(hint="say something")
+
+    def step(self, action, timeout_s: float | None = None, **kwargs: object) -> GuessObservation:
+        return GuessObservation(hint=action.guess, done=True, reward=1.0)
+
+    @property
+    def state(self) -> State:
+        return State()
+
+
 def test_the_generated_echo_environment(echo_env: str) -> None:
+    from echo_game.models import EchoGameAction
     from echo_game.server.echo_game_environment import EchoGameEnvironment
 
-    with pytest.raises(TypeError, match="action_class"):
-        OpenEnvEnv(EchoGameEnvironment)  # the generated environment does not name its action class
+    # the generated environment names its action class only in step(self, action: EchoGameAction)
+    assert OpenEnvEnv(EchoGameEnvironment).action_class is EchoGameAction  # before: TypeError asking for it
+    with pytest.raises(TypeError, match=r"UnnamedActionEnvironment does not name its action class .*pass "
+                                        r"action_class='module:MyAction' \(on the command line: --env-kwargs"):
+        OpenEnvEnv(UnnamedActionEnvironment)
+    assert OpenEnvEnv(UnnamedActionEnvironment, action_class=GuessAction).reset(seed=0)[0] == "say something"
     env = OpenEnvEnv(EchoGameEnvironment, action_class="echo_game.models:EchoGameAction", max_episode_steps=2)
     observation, _ = env.reset(seed=0)
     assert "environment ready" in observation and "message_length: 0" in observation
@@ -227,3 +247,22 @@ def test_the_examples_environment_plays_with_tool_calls() -> None:
     assert [tool["function"]["name"] for tool in info["tools"]] == ["guess"]
     observation, reward, terminated, _, info = env.step(call(env.hub.number))
     assert observation == "right" and reward == 1.0 and terminated and info["won"]
+
+
+def test_an_environment_in_the_working_directory_plays_from_the_command_line(tmp_path: Path) -> None:
+    """``openenv init`` in a folder, then ``milegpo play`` there, as the hubs page shows: the module is imported
+    from the working directory (as ``module:ClassName`` env ids are), the action class read from ``step``."""
+    subprocess.run([sys.executable, "-m", "openenv.cli", "init", "my_echo"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    env_id = "openenv:my_echo.server.my_echo_environment:MyEchoEnvironment"
+    result = run_milegpo("play", env_id, cwd=tmp_path, stdin="hello there\n:q\n")
+    assert result.returncode == 0, result.stderr  # before: rc 1, "needs a package that is not installed"
+    assert "echoed_message: hello there" in result.stdout
+    named = json.dumps({"action_class": "my_echo.models:MyEchoAction"})  # the hubs page's explicit form
+    result = run_milegpo("play", env_id, "--env-kwargs", named, cwd=tmp_path, stdin="hi\n:q\n")
+    assert result.returncode == 0 and "echoed_message: hi" in result.stdout, result.stderr
+    result = run_milegpo("play", "openenv:no_such_env.server:NoSuchEnvironment", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"error: cannot import 'no_such_env.server', the module of the OpenEnv environment "
+        f"'no_such_env.server:NoSuchEnvironment', from the installed packages or the working directory {tmp_path} "
+        "(ModuleNotFoundError: No module named 'no_such_env')"]

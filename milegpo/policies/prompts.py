@@ -72,6 +72,14 @@ INSTRUCTIONS = {
     ),
 }
 
+#: what the first user message of a tool-calling env (``action_format="tools"``) asks instead of the tag
+#: instructions: its reply is read as tool calls, in the format the chat template's tool turn gives
+TOOL_INSTRUCTIONS = {
+    INSTRUCTIONS["generate"]: "Answer by calling one of the tools.",
+    INSTRUCTIONS["think"]: "First think step by step inside <think> </think> tags, then answer by calling one of the "
+                           "tools.",
+}
+
 
 def template_vocabulary() -> list[str]:
     """Every fixed text the prompts can contain (so a tiny tokenizer covers it)."""
@@ -234,7 +242,8 @@ class ChatPromptBuilder:
 
     :param tokenizer: a ``transformers`` tokenizer with a chat template.
     :param instructions: how to answer, added to the first user message when the env gave no
-        opening messages (an env with its own prompt keeps its own instructions).
+        opening messages (an env with its own prompt keeps its own instructions); for a tool-calling env
+        its :data:`TOOL_INSTRUCTIONS` counterpart, which asks for a tool call instead of ``<action>`` tags.
     :param history_length: the past turns shown (older ones are dropped first, the opening stays).
     :param max_prompt_tokens: the prompt budget in tokens (fewer turns are shown to fit it).
     """
@@ -264,7 +273,10 @@ class ChatPromptBuilder:
             conversation = [dict(m) for m in opening]
         else:
             content = f"Your task: {task.strip()}\n{first.strip()}" if task.strip() else first.strip()
-            conversation = [{"role": "user", "content": f"{content}\n{self.instructions}".strip()}]
+            instructions = self.instructions
+            if info.get("action_format") == "tools":  # a call, not <action> tags: one format asked for
+                instructions = TOOL_INSTRUCTIONS.get(instructions, instructions)
+            conversation = [{"role": "user", "content": f"{content}\n{instructions}".strip()}]
         role = str(info.get("observation_role", "user"))
         observations = [obs for obs, _ in history[1:]] + [observation]  # what followed each past reply
         turns = [(reply, after) for (_, reply), after in zip(history, observations)]

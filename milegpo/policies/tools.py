@@ -10,10 +10,13 @@ template has no tools). The model's reply is parsed by transformers' own respons
 :data:`TOOL_CALL_RESPONSE_TEMPLATE` (the same ``<tool_call>`` format). The env receives the calls as one
 canonical JSON string (:func:`tool_calls_action`), ``[{"name": ..., "arguments": {...}}, ...]``; a reply
 without a well-formed call is unparsed (the env then counts an invalid action: penalty, state unchanged).
+A reply too deeply nested for Python's JSON decoder (``RecursionError``) is unparsed too. The env checks
+each call's arguments against its tool's JSON schema (:func:`arguments_error`, by ``jsonschema``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -72,7 +75,7 @@ def read_tool_calls(action: str) -> list[dict[str, Any]] | None:
     """The calls of an action :func:`tool_calls_action` wrote; None when ``action`` is not such a list."""
     try:
         calls = json.loads(action)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested deeper than the decoder's limit
         return None
     if not (isinstance(calls, list) and calls and all(
             isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments"), dict)
@@ -85,7 +88,8 @@ def parse_tool_reply(reply: str, tokenizer: Any = None, tools: Sequence[Mapping[
                      ) -> tuple[str, bool]:
     """``(action, parsed)`` of a reply: its tool calls as :func:`tool_calls_action`, by transformers'
     response parser (the tokenizer's ``response_template``, else :data:`TOOL_CALL_RESPONSE_TEMPLATE`;
-    argument values cast by the ``tools``' schemas). No call, or a malformed one: ``(reply, False)``."""
+    argument values cast by the ``tools``' schemas). No call, or a malformed one: ``(reply, False)``; so is a
+    call nested deeper than the JSON decoder's recursion limit (a reply of a thousand ``[``)."""
     from transformers.utils.chat_parsing import parse_response
 
     schema = getattr(tokenizer, "response_template", None) or TOOL_CALL_RESPONSE_TEMPLATE
@@ -97,5 +101,38 @@ def parse_tool_reply(reply: str, tokenizer: Any = None, tools: Sequence[Mapping[
             message = parse_response(reply, schema, prefix="", tools=schemas)
         calls = message.get("tool_calls") or []
         return (tool_calls_action(calls), True) if calls else (reply, False)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return reply, False
+
+
+#: the longest explanation of a schema mismatch :func:`arguments_error` gives (an error can quote a whole value)
+MAX_ERROR_CHARS = 200
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    """The ``jsonschema`` validator of a tool's parameters schema (given as sorted JSON, so it is cached),
+    the schema itself checked first (``SchemaError`` for a schema that is not one)."""
+    from jsonschema.validators import validator_for
+
+    schema = json.loads(schema_json)
+    cls = validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def arguments_error(parameters: Mapping[str, Any] | None, arguments: Mapping[str, Any]) -> str | None:
+    """Why ``arguments`` break a tool's ``parameters`` JSON schema, in one short line (the most relevant
+    error, ``jsonschema``'s ``best_match``, with its path: ``"number: 'abc' is not of type 'integer'"``);
+    None when they match, or when the tool declares no schema. A schema that is not a valid JSON schema
+    raises ``jsonschema.SchemaError`` (the env's bug, not the model's)."""
+    if not parameters:
+        return None
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator(json.dumps(parameters, sort_keys=True)).iter_errors(dict(arguments)))
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path)
+    text = f"{where}: {error.message}" if where else error.message
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."

@@ -40,13 +40,15 @@ def fit_splits_to_env(config: TrainConfig, verbose: int = 1) -> TrainConfig:
     """``config`` for an env without task splits (no ``split`` argument): left at their defaults,
     ``env.train_split`` becomes null (train on every task) and ``eval.splits`` becomes ``[held_out]``
     (the same distribution on task seeds training never draws); said in one line. Settings the
-    user changed are kept (and checked by :func:`check_env`)."""
+    user changed are kept (and checked by :func:`check_env`). An env id that names nothing (an unknown
+    id, a hub game the hub does not have) or needs a package that is not installed is left to
+    :func:`check_env`, which reports it first and alone."""
     from milegpo.envs.registration import takes_split
 
     try:
         if takes_split(config.env.id):
             return config
-    except UnknownEnvError:
+    except (UnknownEnvError, ImportError):
         return config  # check_env reports it
     changes: dict[str, Any] = {}
     if config.env.train_split == EnvConfig().train_split:

@@ -26,6 +26,7 @@ from typing import Any
 
 from milegpo.envs.core import normalize_text
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, import_hub
+from milegpo.envs.registration import UnknownEnvError
 
 INSTALL_HINT = ('pip install --no-deps gem-llm==0.1.0 reasoning-gym==0.1.23 && pip install "milegpo[gem]"  '
                 "(gem-llm's own pins would replace omegaconf's antlr4 runtime)")
@@ -48,6 +49,15 @@ def gem_env_ids() -> list[str]:
     return sorted(import_gem().envs.registration.ENV_REGISTRY)
 
 
+def check_gem_id(game: str) -> None:
+    """Raise :class:`~milegpo.envs.UnknownEnvError` (one line, with its games) when GEM has no env ``game``;
+    an ImportError naming the install command when GEM is not installed."""
+    registry = import_gem().envs.registration.ENV_REGISTRY
+    if game not in registry:
+        games = sorted(k for k in registry if k.startswith("game:"))
+        raise UnknownEnvError(f"GEM has no env {game!r}; its games: {games}")
+
+
 class GEMEnv(HubEnv):
     """A GEM env as a :class:`~milegpo.envs.TextEnv` (see the module docstring).
 
@@ -61,9 +71,7 @@ class GEMEnv(HubEnv):
         super().__init__(success_reward, commands, state_key_fn, invalid_action_penalty, max_episode_steps,
                          render_mode)
         gem = import_gem()
-        if game not in gem.envs.registration.ENV_REGISTRY:
-            known = sorted(k for k in gem.envs.registration.ENV_REGISTRY if k.startswith("game:"))
-            raise KeyError(f"GEM has no env {game!r}; its games: {known}")
+        check_gem_id(game)
         self.game = game
         self.game_kwargs = dict(game_kwargs or {})
         self.hub: Any = gem.make(game, **self.game_kwargs)

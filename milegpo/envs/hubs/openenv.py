@@ -11,7 +11,11 @@ actions and observations are pydantic models (``openenv.core.env_server.Action``
 * **Actions.** The reply fills one string field of the environment's action class
   (``action_field``; default: its only string field); the whole reply reaches it
   (``action_format="message"``). The action class is the environment's generic parameter
-  (``Environment[MyAction, MyObservation, MyState]``) unless ``action_class`` names it.
+  (``Environment[MyAction, MyObservation, MyState]``), else the annotation of its
+  ``step(self, action: MyAction)`` (the environment ``openenv init`` generates), unless ``action_class``
+  names it.
+* **Module.** ``openenv:my_env.server.my_environment:MyEnvironment`` imports ``my_env`` as ``python -m``
+  would: installed, else from the working directory (the folder ``openenv init`` made, beside you).
 * **Observation.** The observation's fields other than ``done``, ``reward`` and ``metadata``
   (one string field as it is; several as ``name: value`` lines).
 * **Reward and success.** The observation's ``reward`` (None reads 0) and ``done``; won is
@@ -27,7 +31,6 @@ An MCP environment (``MCPEnvironment``, tools served by FastMCP) is played with 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import typing
 from collections.abc import Callable, Sequence
@@ -35,27 +38,55 @@ from typing import Any
 
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, hashed_key, import_hub
 from milegpo.envs.hubs.tools import ToolEnv
+from milegpo.envs.registration import UnknownEnvError, import_user_module, user_module_error
 
 INSTALL_HINT = 'pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"'
 _RESERVED = ("done", "reward", "metadata")
 
 
 def _load(path: str) -> Any:
+    """The object ``"module:Name"`` names, its module imported as ``python -m`` would (installed, else from the
+    working directory). :class:`~milegpo.envs.UnknownEnvError` when the module or the name is in neither place;
+    an ImportError when the module imports a package that is not installed."""
     module, _, name = path.rpartition(":") if ":" in path else path.rpartition(".")
     if not module:
         raise ValueError(f"{path!r} is not 'module:Name'")
-    return getattr(importlib.import_module(module), name)
+    try:
+        loaded = import_user_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0]:
+            raise  # the module is there; a package it imports is not installed
+        raise user_module_error(module, f"the module of the OpenEnv environment {path!r}", exc) from None
+    if not hasattr(loaded, name):
+        raise UnknownEnvError(f"{module!r} (imported from {getattr(loaded, '__file__', module)}) defines no {name!r}, "
+                              f"the OpenEnv class {path!r} names")
+    return getattr(loaded, name)
+
+
+def check_openenv_id(environment: str) -> None:
+    """Raise :class:`~milegpo.envs.UnknownEnvError` when ``"module:Class"`` names nothing (see :func:`_load`)."""
+    _load(environment)
 
 
 def _action_class(environment_class: type) -> type:
-    """The ``ActT`` of ``Environment[ActT, ObsT, StateT]`` in the class's bases."""
+    """The environment's action class: the ``ActT`` of ``Environment[ActT, ObsT, StateT]`` in its bases, else
+    the annotation of its ``step(action: MyAction)`` (what ``openenv init`` generates)."""
     for klass in environment_class.__mro__:
         for base in getattr(klass, "__orig_bases__", ()):
             args = typing.get_args(base)
             if args and isinstance(args[0], type):
                 return args[0]
-    raise TypeError(f"{environment_class.__name__} does not name its action class (Environment[MyAction, ...]): "
-                    "pass action_class='module:MyAction'")
+    step = getattr(environment_class, "step", None)
+    try:
+        annotation = typing.get_type_hints(step).get("action") if step is not None else None
+    except Exception:  # an annotation that does not resolve (a name imported only for type checkers)
+        annotation = None
+    base = import_hub("openenv.core.env_server.types", INSTALL_HINT).Action
+    if isinstance(annotation, type) and issubclass(annotation, base) and annotation is not base:
+        return annotation
+    raise TypeError(f"{environment_class.__name__} does not name its action class (Environment[MyAction, ...] or "
+                    "step(self, action: MyAction)): pass action_class='module:MyAction' (on the command line: "
+                    "--env-kwargs '{\"action_class\": \"module:MyAction\"}', or env.kwargs={action_class: ...})")
 
 
 class OpenEnvEnv(HubEnv):
@@ -63,7 +94,8 @@ class OpenEnvEnv(HubEnv):
 
     :param environment: ``"module:EnvironmentClass"`` (or the class itself).
     :param environment_kwargs: its constructor's arguments.
-    :param action_class: ``"module:ActionClass"``; default: the environment's generic parameter.
+    :param action_class: ``"module:ActionClass"`` (or the class); default: the environment's generic parameter,
+        else its ``step``'s ``action`` annotation.
     :param action_field: the action's string field that receives the reply; default: its only one.
     :param task: the episode's task text; default: the first observation.
     """

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, hashed_key, import_hub
+from milegpo.envs.registration import UnknownEnvError
 
 INSTALL_HINT = 'pip install "milegpo[textarena]"  (or: pip install textarena==0.7.4)'
 
@@ -36,13 +37,19 @@ def textarena_game_ids() -> list[str]:
     return sorted(ta.envs.registration.ENV_REGISTRY)
 
 
+def check_textarena_game(game: str) -> None:
+    """Raise :class:`~milegpo.envs.UnknownEnvError` (one line, with examples) when TextArena has no game
+    ``game``; an ImportError naming the install command when TextArena is not installed."""
+    registry = import_hub("textarena", INSTALL_HINT).envs.registration.ENV_REGISTRY
+    if game not in registry:
+        raise UnknownEnvError(f"TextArena has no game {game!r}; e.g. "
+                              f"{sorted(k for k in registry if k.endswith('-v0'))[:12]}")
+
+
 def make_textarena_game(game: str, **kwargs: Any) -> Any:
     """TextArena's game ``game`` with its registered arguments (``kwargs`` on top), without wrappers."""
-    ta = import_hub("textarena", INSTALL_HINT)
-    registry = ta.envs.registration.ENV_REGISTRY
-    if game not in registry:
-        raise KeyError(f"TextArena has no game {game!r}; e.g. {sorted(k for k in registry if k.endswith('-v0'))[:12]}")
-    spec = registry[game]
+    check_textarena_game(game)
+    spec = import_hub("textarena", INSTALL_HINT).envs.registration.ENV_REGISTRY[game]
     entry = spec.entry_point
     if isinstance(entry, str):
         module, _, name = entry.partition(":")

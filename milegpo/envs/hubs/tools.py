@@ -4,17 +4,23 @@ A tool env declares its functions as JSON schemas (:meth:`ToolEnv.tools`) and ru
 (:meth:`ToolEnv.call_tool`). Its ``action_format`` is ``"tools"``: with the policy's chat prompt the
 tools are rendered by the chat template (``apply_chat_template(..., tools=...)``), the model's reply is
 parsed into tool calls (:mod:`milegpo.policies.tools`), the env receives them as canonical JSON
-(``[{"name": ..., "arguments": {...}}]``) and each result comes back as a ``tool`` message. A reply
-without a well-formed call of a declared function is an invalid action (penalty, state unchanged,
-counted in ``valid_action``). Every ``info`` carries ``tools`` and ``observation_role="tool"``.
+(``[{"name": ..., "arguments": {...}}]``) and each result comes back as a ``tool`` message. Every
+``info`` carries ``tools`` and ``observation_role="tool"``.
+
+An invalid action (penalty, state unchanged, counted in ``valid_action``) is a reply without a
+well-formed call (the observation stays as it was), or a call the declared tools refuse: a function
+that is not declared, or arguments that break its ``parameters`` JSON schema (checked with
+``jsonschema`` before any call runs, so a tool never sees them). A refused call is answered with one
+``error: ...`` line saying what was wrong (:meth:`ToolEnv.rejected_call`), as a tool would answer it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from milegpo.envs.core import EnvContractError
 from milegpo.envs.hubs.base import HubEnv
-from milegpo.policies.tools import read_tool_calls
+from milegpo.policies.tools import arguments_error, read_tool_calls
 
 
 class ToolEnv(HubEnv):
@@ -29,18 +35,50 @@ class ToolEnv(HubEnv):
         raise NotImplementedError
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, float, bool, dict[str, Any]]:
-        """Run one call: ``(result text, reward, episode over, info)``."""
+        """Run one call: ``(result text, reward, episode over, info)``; its arguments match the tool's schema."""
         raise NotImplementedError
 
     def tool_names(self) -> set[str]:
         """The names of the declared functions."""
         return {str(tool.get("function", tool).get("name")) for tool in self.tools()}
 
+    def rejected_call(self, action: str) -> str | None:
+        """Why the declared tools refuse the calls of ``action``, as one ``error: ...`` line for the model (the
+        first refused call's: a function not declared, or arguments breaking its schema); None when every
+        call is accepted, or when ``action`` holds no calls at all."""
+        calls = read_tool_calls(action.strip())
+        if calls is None:
+            return None
+        schemas = {}
+        for tool in self.tools():
+            function = tool.get("function", tool)
+            schemas[str(function.get("name"))] = function.get("parameters")
+        for call in calls:
+            name = call["name"]
+            if name not in schemas:
+                return f"error: there is no tool {name!r}; the tools are {sorted(schemas)}"
+            try:
+                problem = arguments_error(schemas[name], call["arguments"])
+            except Exception as exc:  # jsonschema's SchemaError, or a schema that is not JSON: the env's bug
+                env = self.spec.id if self.spec is not None else type(self).__name__
+                raise EnvContractError(f"{env}: the tool {name!r} declares parameters that are not a JSON schema "
+                                       f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+            if problem is not None:
+                return f"error: the arguments of {name} do not match its parameters: {problem}"
+        return None
+
     def is_valid_action(self, action: str) -> bool:
-        calls = read_tool_calls(action)
-        if calls is None or any(call["name"] not in self.tool_names() for call in calls):
+        if read_tool_calls(action) is None or self.rejected_call(action) is not None:
             return False
         return self.commands is None or action.strip() in self.commands
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """:meth:`TextEnv.step`; a refused call's observation is the :meth:`rejected_call` line (the state, its
+        key and the observation the next step starts from are unchanged)."""
+        observation, reward, terminated, truncated, info = super().step(action)
+        if not info["valid_action"]:
+            observation = self.rejected_call(action if isinstance(action, str) else str(action)) or observation
+        return observation, reward, terminated, truncated, info
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         results, total, done, info = [], 0.0, False, dict[str, Any]()

@@ -46,6 +46,7 @@ from typing import Any
 from milegpo.envs.core import normalize_text
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, import_hub
 from milegpo.envs.hubs.tools import ToolEnv
+from milegpo.envs.registration import import_user_module, user_module_error
 from milegpo.policies.tools import read_tool_calls
 
 INSTALL_HINT = ('pip install --no-deps verifiers==0.2.0 openai-agents==0.24.0 && pip install "milegpo[verifiers]"  '
@@ -139,7 +140,7 @@ class VerifiersEnv(HubEnv):
     """A verifiers environment as a :class:`~milegpo.envs.TextEnv` (see the module docstring).
 
     :param environment: a verifiers environment id (the module ``load_environment`` imports, e.g. an
-        installed environment package) or an ``Environment`` instance.
+        installed environment package or a module in the working directory) or an ``Environment`` instance.
     :param environment_kwargs: the arguments of its ``load_environment``.
     :param split: ``"train"`` (``get_dataset()``) or ``"eval"`` (``get_eval_dataset()``).
     :param success_reward: the reward from which an episode is won; default: the environment's
@@ -289,10 +290,29 @@ class VerifiersToolEnv(VerifiersEnv, ToolEnv):
                                               is_truncated=False)
 
 
+def check_verifiers_id(environment: str) -> None:
+    """Import the module of the verifiers environment id ``environment`` (the one verifiers'
+    ``load_environment`` imports: ``my-env`` is ``my_env``) as ``python -m`` would: installed, else from the
+    working directory, where verifiers alone would not look. :class:`~milegpo.envs.UnknownEnvError` when it is
+    in neither place; an ImportError when it imports a package that is not installed."""
+    import_verifiers()
+    from verifiers.utils.env_utils import env_module_name
+
+    module = env_module_name(environment)
+    try:
+        import_user_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0]:
+            raise
+        raise user_module_error(module, f"the module of the verifiers environment {environment!r}", exc) from None
+
+
 def load_verifiers_environment(environment: str | Any, environment_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """A verifiers ``Environment``: ``environment`` itself, or verifiers' ``load_environment(id, **kwargs)``."""
+    """A verifiers ``Environment``: ``environment`` itself, or verifiers' ``load_environment(id, **kwargs)``
+    (its module imported first by :func:`check_verifiers_id`, so a module in the working directory is found)."""
     vf = import_verifiers()
     if isinstance(environment, str):
+        check_verifiers_id(environment)
         return vf.load_environment(environment, **dict(environment_kwargs or {}))
     if isinstance(environment, vf.Environment):
         return environment
