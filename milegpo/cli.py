@@ -59,11 +59,13 @@ def _play_parser(subparsers: Subparsers) -> None:
         "play", help="play a registered text env in the terminal",
         description="Play an env yourself: type a command or its number; ':q' quits.",
     )
-    parser.add_argument("env_id", help="a registered env id, e.g. milegpo/House-v0")
+    parser.add_argument("env_id", help="an env id: registered (milegpo/House-v0), module:ClassName (my_env:MyEnv) or "
+                                       "a hub's (textarena:Wordle-v0, openenv:pkg.server.module:MyEnvironment)")
     parser.add_argument("--seed", type=int, default=0, help="task seed (seed s is task s %% num_tasks)")
     parser.add_argument("--split", default=None, help="task split, e.g. train, eval_id, eval_ood")
     parser.add_argument("--env-kwargs", type=env_kwargs_type, default={},
-                        help="JSON object of env constructor arguments")
+                        help="JSON object of env constructor arguments (a hub env's: its adapter's, e.g. "
+                             "'{\"action_class\": \"pkg.models:MyAction\"}' for an OpenEnv environment)")
     parser.add_argument("--episodes", type=int, default=1, help="episodes to play (seeds seed, seed+1, ...)")
     parser.set_defaults(func=play)
 
@@ -81,8 +83,8 @@ def play(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO |
     except UnknownEnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (TypeError, ValueError) as exc:  # bad --split / --env-kwargs
-        print(f"error: cannot make {args.env_id} with {kwargs}: {exc}", file=sys.stderr)
+    except (TypeError, ValueError, KeyError, FileNotFoundError) as exc:  # bad --split / --env-kwargs
+        print(f"error: cannot make {args.env_id} with {kwargs}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:  # an optional engine is not installed
         print(f"error: {args.env_id} needs a package that is not installed: {exc}", file=sys.stderr)
@@ -444,6 +446,51 @@ def run_serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # while the model loads (once serving, Ctrl-C stops the server cleanly)
         print("\ninterrupted", file=sys.stderr)
         return 130
+    return 0
+
+
+# ------------------------------------------------------------------ check-env
+@subcommand
+def _check_env_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "check-env", help="check a text env before training on it",
+        description="Play an env on a few task seeds and report, one line each, what would break training: the "
+                    "TextEnv contract (types, valid Unicode, info keys, invalid actions), reset(seed) determinism, "
+                    "state keys (same state, same key; different choices, different keys) and admissible commands. "
+                    "Exit status 0: no findings; 1: findings; 2: the env cannot be made.")
+    parser.add_argument("env_id", help="an env id: registered (milegpo/House-v0), module:ClassName (my_env:MyEnv) or "
+                                       "a hub's (textarena:Wordle-v0)")
+    parser.add_argument("--env-kwargs", type=env_kwargs_type, default={},
+                        help="JSON object of env constructor arguments")
+    parser.add_argument("--seeds", type=int, default=3, help="task seeds to play, 0 to N-1 (default 3)")
+    parser.set_defaults(func=run_check_env)
+
+
+def run_check_env(args: argparse.Namespace) -> int:
+    """Run ``milegpo check-env``: the findings of :func:`milegpo.envs.check_text_env`, one line each."""
+    from milegpo.envs import UnknownEnvError, check_text_env
+
+    if args.seeds < 1:
+        print(f"error: --seeds must be >= 1, got {args.seeds}", file=sys.stderr)
+        return 2
+    try:
+        findings = check_text_env(args.env_id, seeds=args.seeds, env_kwargs=args.env_kwargs)
+    except UnknownEnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"error: {args.env_id} needs a package that is not installed: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the env's constructor failed: nothing to check
+        print(f"error: cannot make {args.env_id} with {args.env_kwargs}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    for finding in findings:
+        print(f"{args.env_id}: {finding}")
+    if findings:
+        print(f"{len(findings)} finding(s) in {args.env_id} over task seeds 0-{args.seeds - 1}", file=sys.stderr)
+        return 1
+    print(f"{args.env_id}: no findings over task seeds 0-{args.seeds - 1} (contract, reset determinism, state keys, "
+          "admissible commands)")
     return 0
 
 
