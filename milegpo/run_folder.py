@@ -10,6 +10,8 @@
       events.out.tfevents.*    the same numbers for TensorBoard
       credit_diagnostics.jsonl CREDIT_DIAGNOSTICS_FILE: milestones/traps of every update
       last_batch.npz           LAST_BATCH_FILE: the last iteration's StepBatch (trajectory_credit.png)
+      batches/                 KEPT_BATCHES_DIR: the StepBatch of every run.keep_batch_every-th iteration and
+                               of the last, iteration_<N>.npz (kept_batch_name; milegpo inspect reads them)
       eval.jsonl               EVAL_CURVE_FILE: held-out success during training
       checkpoints/             CHECKPOINTS_DIR: periodic checkpoints (a killed run resumes from the last)
       final/                   FINAL_DIR: the final checkpoint
@@ -17,6 +19,7 @@
       env_errors.log           ENV_ERRORS_FILE: full tracebacks of env failures
       trackers.json            TRACKERS_FILE: W&B / MLflow run ids (a resume continues them)
       learning_curve.png  credit_diagnostics.png  trajectory_credit.png
+      report.html              INSPECT_REPORT_FILE: ``milegpo inspect``'s interactive report (default output)
       previous-<time>/         PREVIOUS_PREFIX: the logs of a run restarted with --resume RUN --restart
       .milegpo.lock            LOCK_FILE: the writer lock (who trains the folder now; milegpo.run.lock)
 
@@ -47,6 +50,7 @@ iteration:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 CONFIG_FILE = "config.json"
@@ -64,6 +68,8 @@ TRACKERS_FILE = "trackers.json"
 LEARNING_CURVE_PNG = "learning_curve.png"
 CREDIT_DIAGNOSTICS_PNG = "credit_diagnostics.png"
 TRAJECTORY_CREDIT_PNG = "trajectory_credit.png"
+KEPT_BATCHES_DIR = "batches"
+INSPECT_REPORT_FILE = "report.html"
 
 #: written by ``milegpo export`` into its output: the mark of a folder ``export --overwrite`` may replace
 EXPORT_MARKER = "milegpo_export.json"
@@ -76,6 +82,17 @@ PREVIOUS_PREFIX = "previous-"
 
 #: the JSON-lines logs with an ``iteration`` field per row (cut back on resume)
 JSONL_LOGS = (EVAL_CURVE_FILE, CREDIT_DIAGNOSTICS_FILE)
+
+
+def kept_batch_name(iteration: int) -> str:
+    """The file name of iteration ``iteration``'s kept batch in :data:`KEPT_BATCHES_DIR`."""
+    return f"iteration_{iteration:06d}.npz"
+
+
+def kept_batch_iteration(name: str) -> int | None:
+    """The iteration a :func:`kept_batch_name` names (None for any other name: a temporary file)."""
+    match = re.fullmatch(r"iteration_(\d+)\.npz", name)
+    return int(match.group(1)) if match else None
 
 
 def inside(path: Path, folder: Path) -> bool:

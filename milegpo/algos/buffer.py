@@ -69,6 +69,8 @@ class StepRecord:
     :param reward: the env reward (invalid-action penalty included).
     :param valid: ``info["valid_action"]`` of the step.
     :param done: the step ended the episode (terminated or truncated).
+    :param observation: the observation the action was taken in, and ``next_observation`` the one after
+        the step (kept batches store them: ``milegpo inspect`` shows the texts behind each state key).
     """
 
     sample: ActionSample
@@ -77,6 +79,8 @@ class StepRecord:
     reward: float
     valid: bool
     done: bool
+    observation: str = ""
+    next_observation: str = ""
 
 
 @dataclass
@@ -268,9 +272,11 @@ class TextRolloutBuffer:
         traj.finished, traj.env_error = True, message
         self.reset_errors += 1
 
-    def add(self, env_index: int, sample: Any, state_key: str, reward: float, done: bool, info: dict[str, Any]) -> None:
+    def add(self, env_index: int, sample: Any, state_key: str, reward: float, done: bool, info: dict[str, Any],
+            observation: str = "", next_observation: str = "") -> None:
         """Record one step of env ``env_index``: ``sample`` was taken in state ``state_key``
-        and the env answered ``reward``, ``done``, ``info``."""
+        (seen as ``observation``) and the env answered ``reward``, ``done``, ``info`` (and
+        ``next_observation``)."""
         traj = self.trajectories[env_index]
         if traj.finished:
             raise RuntimeError(f"env {env_index} already finished its episode in this rollout")
@@ -287,6 +293,8 @@ class TextRolloutBuffer:
                 reward=float(reward),
                 valid=bool(info.get("valid_action", True)),
                 done=bool(done),
+                observation=observation,
+                next_observation=next_observation,
             )
         )
         if done:
@@ -327,6 +335,12 @@ class TextRolloutBuffer:
             success=np.array([traj.won for traj in kept], dtype=bool),
         )
         return self.batch
+
+    def step_observations(self) -> tuple[list[str], list[str]]:
+        """The observation and next observation of every row of :meth:`step_batch`'s batch, in row order."""
+        if self._rows is None:
+            raise RuntimeError("step_observations() reads the rows of step_batch(): build the batch first")
+        return [s.observation for s in self._rows], [s.next_observation for s in self._rows]
 
     def compute_credit(self, method: str, config: CreditConfig | Mapping[str, Any] | None = None) -> CreditResult:
         """Build the :class:`StepBatch` and compute every step's advantage with ``method``."""

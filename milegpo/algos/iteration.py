@@ -142,19 +142,23 @@ def collect(policy: SamplingPolicy, env: GroupedTextVecEnv, buffer: TextRolloutB
     hooks.rollout_started()
     meter = RolloutMeter()
     local_steps = 0
+    assert isinstance(observations, np.ndarray)
+    seen = observations.copy()  # each env's observation before its next step (kept batches store them)
 
     def record(step: RolloutStep) -> bool:
         nonlocal local_steps
         meter.policy_seconds += step.policy_seconds
         local_steps += len(step.active)
+        after = env.observations  # the acting envs' observations after this step (not stepped again yet)
         for k, i in enumerate(step.active):
             sample = step.samples[k]
             buffer.add(int(i), sample, step.infos[i].get("state_key", ""), step.rewards[i],
-                       bool(step.dones[i]), step.new_infos[i])
+                       bool(step.dones[i]), step.new_infos[i], observation=str(seen[i]),
+                       next_observation=str(after[i]))
+            seen[i] = after[i]
             meter.add(sample)
         return hooks.step_played(step, buffer)
 
-    assert isinstance(observations, np.ndarray)
     if rollout_mode(plan.rollout, env) == "async":
         played = play_episodes_async(policy, env, observations, infos, deterministic=False,
                                      on_step=record, stream_seed=sampling_seed, cohorts=plan.async_cohorts)
@@ -203,7 +207,9 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
         state.log.update(credit.log_values())
         meta = {"iteration": plan.iteration + 1, "num_timesteps": timesteps_before + steps,
                 "method": plan.credit_method}
-        write_credit_outputs(run_logger, credit, batch, meta, stats["success_rate"])
+        # one process: the batch is this rollout's, in the buffer's row order (several: ranks merged, texts not sent)
+        observations = buffer.step_observations() if not plan.world.distributed else None
+        write_credit_outputs(run_logger, credit, batch, meta, stats["success_rate"], plan.credit_config, observations)
     return steps
 
 

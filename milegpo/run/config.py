@@ -110,6 +110,9 @@ class RunConfig:
     :param warm_start: behaviour cloning of the env's noisy scripted expert before RL
         (:class:`~milegpo.config.WarmStartConfig`); null: RL from the model as it is.
     :param tiny_model: the offline model built when ``policy.model`` is null.
+    :param keep_batch_every: keep the StepBatch of every this many iterations, and of the last one, in
+        ``batches/`` for ``milegpo inspect`` (compressed, with the observations behind the state keys:
+        about KEPT_KB KB per 1,000 steps on House); 0: keep only the last (``last_batch.npz``).
     :param torch_threads: CPU threads of torch's operations in the training process; null: 1 for the
         offline tiny model (its small matmuls gain nothing from more, and on a loaded machine each extra
         thread waits for a core: measured ~12x slower per iteration with one per core), torch's default
@@ -125,9 +128,11 @@ class RunConfig:
     warm_start: WarmStartConfig | None = None
     tiny_model: TinyModelConfig = field(default_factory=TinyModelConfig)
     torch_threads: int | None = None
+    keep_batch_every: int = 10
 
     def __post_init__(self) -> None:
         check_int("run.total_timesteps", self.total_timesteps, 1)
+        check_int("run.keep_batch_every", self.keep_batch_every, 0)
         check_int("run.torch_threads", self.torch_threads, 1, optional=True)
         check_int("run.seed", self.seed, 0)
         check_int("run.checkpoint_freq", self.checkpoint_freq, 1)

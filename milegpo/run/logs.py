@@ -2,8 +2,8 @@
 
 A run writes one row per iteration to ``progress.csv`` and TensorBoard (SB3's
 logger), and one JSON line per iteration to ``credit_diagnostics.jsonl`` and
-``eval.jsonl`` (and keeps the last iteration's batch in ``last_batch.npz``). A run killed at any moment
-resumes from its last checkpoint,
+``eval.jsonl`` (and keeps the last iteration's batch in ``last_batch.npz``, some iterations' in
+``batches/``). A run killed at any moment resumes from its last checkpoint,
 which holds iteration ``N``; everything logged after ``N`` was lost with the
 weights and will be logged again. So before a resumed run writes anything,
 :func:`rollback_logs` cuts every log back to iterations ``<= N`` (a half-written
@@ -31,10 +31,12 @@ from milegpo.run_folder import (
     BASE_MODEL_DIR,
     CONFIG_FILE,
     JSONL_LOGS,
+    KEPT_BATCHES_DIR,
     LAST_BATCH_FILE,
     LOCK_FILE,
     PREVIOUS_PREFIX,
     PROGRESS_FILE,
+    kept_batch_iteration,
 )
 
 #: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
@@ -108,6 +110,14 @@ def rollback_logs(run_dir: str | os.PathLike, iteration: int, last_step: int = -
     if last_batch.exists() and _batch_iteration(last_batch) > iteration:
         last_batch.unlink()
         dropped[LAST_BATCH_FILE] = 1
+    kept = run_dir / KEPT_BATCHES_DIR
+    if kept.is_dir():  # kept batches after the checkpoint, and the temporary file of a copy a kill cut short
+        later = [path for path in kept.iterdir()
+                 if (kept_batch_iteration(path.name) or 0) > iteration or ".tmp-" in path.name]
+        for path in later:
+            path.unlink()
+        if later:
+            dropped[KEPT_BATCHES_DIR] = len(later)
     return dropped
 
 

@@ -257,6 +257,7 @@ def _train_locked(config: TrainConfig, world: Any, run_dir: Path, resume: bool, 
     eval_envs: list[Any] = []
     if main:
         from milegpo.algos import CheckpointCallback, EvalCallback
+        from milegpo.algos.run_outputs import KeptBatchCallback
         from milegpo.run.logs import configure_run_logger, rollback_logs
 
         if resume:  # cut the logs back to the checkpoint (everything, when starting over)
@@ -269,6 +270,8 @@ def _train_locked(config: TrainConfig, world: Any, run_dir: Path, resume: bool, 
                                               config=config.to_dict()))
         saver = CheckpointCallback(config.run.checkpoint_freq, run_dir / CHECKPOINTS_DIR,
                                    save_every_s=config.run.checkpoint_every_s)
+        if config.run.keep_batch_every:  # before the saver: a checkpoint never precedes its iteration's kept batch
+            callbacks.append(KeptBatchCallback(config.run.keep_batch_every, run_dir))
         callbacks.append(saver)
         for index, split in enumerate(config.eval.splits):  # every split in the log rows, the first is eval.jsonl
             eval_envs.append(_eval_env(config, split))
