@@ -159,6 +159,24 @@ _OLD_FLAGS = ("--algo", "--env", "--model", "--mode", "--group-size", "--n-tasks
               "--rollout-backend", "--device", "--seed", "--report-to", "--eval-split", "--env-kwargs", "--warm-start")
 
 
+#: TRL's GRPOConfig flags a user may reach for, and what they are here
+_TRL_FLAGS = {
+    "output_dir": "--run-dir DIR",
+    "model_name_or_path": "--policy.model NAME (or policy.model=NAME)",
+    "num_generations": "--env.group_size K (rollouts per task: the group)",
+    "per_device_train_batch_size": "--algo.batch_size N (steps per minibatch of the update)",
+    "max_steps": "--run.total_timesteps N (env steps, not updates)",
+    "num_train_epochs": "--run.total_timesteps N (env steps: tasks are drawn per iteration, not by epoch)",
+    "beta": "--algo.kl_coef X",
+    "epsilon": "--algo.clip_range X",
+    "max_completion_length": "--policy.max_new_tokens N",
+    "max_prompt_length": "--policy.max_prompt_tokens N",
+    "num_iterations": "--algo.n_epochs N",
+    "save_steps": "--run.checkpoint_freq N (iterations)",
+    "logging_dir": "--run-dir DIR (logs go to the run folder)",
+}
+
+
 @subcommand
 def _train_parser(subparsers: Subparsers) -> None:
     from milegpo.run.config import DEMO_PRESET, PRESETS, TrainConfig, describe_value, leaves, lookup, resolve_config
@@ -232,7 +250,9 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         if item.startswith("-"):
             name = item.lstrip("-").split("=", 1)[0]
             new = RENAMED.get(name) or RENAMED.get(name.replace("-", "_"))
-            hint = f": it is --{new} VALUE (or {new}=VALUE)" if new else "; settings are --section.field VALUE"
+            trl = _TRL_FLAGS.get(name.replace("-", "_"))
+            hint = (f": it is --{new} VALUE (or {new}=VALUE)" if new else f" (a TRL flag): here it is {trl}" if trl
+                    else "; settings are --section.field VALUE")
             raise ValueError(f"unknown flag {item.split('=', 1)[0]}{hint}; see milegpo train --help")
     for item in args.overrides:
         if "=" not in item:
@@ -253,16 +273,33 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
 
         base = TrainConfig.from_file(os.path.join(args.resume, CONFIG_FILE))
         return resolve_config(overrides=overrides, base=base)
-    preset = args.preset or (None if args.config else DEMO_PRESET)
-    if args.verbose and not args.print_config and not args.preset:
+    model = _named_model(overrides)
+    # the CPU demo's settings (lr 3e-3, choose mode...) are for its offline tiny model: a named model gets the
+    # defaults, the paper's settings, exactly as MileGPO("LLMPolicy", env, policy_kwargs={"model": ...}) does
+    preset = args.preset or (None if args.config or model else DEMO_PRESET)
+    if args.verbose and not args.preset:
         if preset == DEMO_PRESET:
-            print(f"Using the {DEMO_PRESET} preset (MileGPO in choose mode with an offline tiny model); --preset or "
-                  "--config for other settings, --print-config to see them all")
+            line = (f"Using the {DEMO_PRESET} preset (MileGPO in choose mode with an offline tiny model); --preset or "
+                    "--config for other settings, --print-config to see them all")
+        elif args.config:
+            line = (f"{', '.join(args.config)} on top of the defaults, the paper's GPU settings (generate mode with "
+                    f"<think>, lr 1e-6): add --preset {DEMO_PRESET} to start from the CPU demo's instead; "
+                    "--print-config shows every setting")
         else:
-            print(f"{', '.join(args.config)} on top of the defaults, the paper's GPU settings (generate mode with "
-                  f"<think>, lr 1e-6): add --preset {DEMO_PRESET} to start from the CPU demo's instead; "
-                  "--print-config shows every setting")
+            line = (f"policy.model={model}: using the defaults, the paper's settings (no preset: generate mode with "
+                    f"<think>, lr 1e-6, KL 0.01, 16 tasks x 8 rollouts); --preset {DEMO_PRESET} for the CPU demo's "
+                    "settings instead, --print-config to see them all")
+        print(line, file=sys.stderr if args.print_config else sys.stdout)
     return resolve_config(preset, args.config, overrides)
+
+
+def _named_model(overrides: Sequence[str]) -> str | None:
+    """The model an override ``policy.model=NAME`` names (None: none, or ``null``)."""
+    for item in overrides:
+        name, _, value = item.partition("=")
+        if name == "policy.model" and value.strip() not in ("", "null", "None", "~"):
+            return value.strip()
+    return None
 
 
 def _refuse_old_flags(argv: Sequence[str]) -> None:
@@ -281,8 +318,10 @@ def _refuse_old_flags(argv: Sequence[str]) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from milegpo.algos.checkpoint import CheckpointError
     from milegpo.algos.errors import TrainingError
+    from milegpo.algos.preemption import RunStopped, exit_code
     from milegpo.envs import UnknownEnvError
     from milegpo.envs.vec_worker import EnvWorkerError
+    from milegpo.run.lock import RunFolderBusyError
     from milegpo.run.train import train
 
     run_dir = args.resume or args.run_dir
@@ -298,9 +337,13 @@ def run_train(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, ImportError, UnknownEnvError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (TrainingError, EnvWorkerError) as exc:  # the env cannot be played (a worker cannot even restart)
+    except (TrainingError, EnvWorkerError, RunFolderBusyError) as exc:  # the env cannot be played (a worker cannot
+        # even restart), or another process trains this run folder
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except RunStopped as exc:  # SIGTERM / SIGINT / SIGUSR1: the last completed iteration is saved
+        print(str(exc), file=sys.stderr)
+        return exit_code(exc.signum)
     except OSError as exc:
         print(f"error: {os_error_text(exc)}{resume_hint(run_dir)}", file=sys.stderr)
         return 1
@@ -491,6 +534,37 @@ def run_check_env(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.env_id}: no findings over task seeds 0-{args.seeds - 1} (contract, reset determinism, state keys, "
           "admissible commands)")
+    return 0
+
+
+# -------------------------------------------------------------------- inspect
+@subcommand
+def _inspect_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "inspect", help="write an HTML report of what a run's credit saw: state graphs, milestones, traps, advantages",
+        description="Write one self-contained HTML file (opens offline) of a run folder: the learning curve with the "
+                    "kept iterations marked, and per kept iteration and task group the state graph, milestones, "
+                    "traps, branching points and each trajectory's step advantages under every credit method, "
+                    "recomputed from the kept batch. run.keep_batch_every sets which iterations a run keeps.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a folder written by `milegpo train`")
+    parser.add_argument("--out", default=None, help="the HTML file to write (default: RUN_DIR/report.html)")
+    parser.add_argument("--iteration", type=int, action="append", default=None, dest="iterations", metavar="N",
+                        help="include only this kept iteration (repeat for several; default: every kept one)")
+    parser.set_defaults(func=run_inspect)
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from milegpo.inspect import write_report
+
+    try:
+        out = write_report(args.run_dir, args.out, args.iterations)
+    except (FileNotFoundError, ValueError, IsADirectoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {os_error_text(exc)}", file=sys.stderr)
+        return 1
+    print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it in a browser")
     return 0
 
 
