@@ -23,6 +23,7 @@ _LAZY = {
     "RLOO": "milegpo.algos",
     "GRPO": "milegpo.algos",
     "GAGPO": "milegpo.algos",
+    "G2PO": "milegpo.algos",
     "LLMPolicy": "milegpo.policies",
     "TextEnv": "milegpo.envs",
     "register_env": "milegpo.envs",

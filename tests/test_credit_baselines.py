@@ -170,7 +170,7 @@ def test_api_errors_and_configs():
     assert (web.theta_m, web.rho, web.eta, web.kappa_bc) == (0.5, 0.5, 0.5, 1)
     alf = MileGPOConfig.preset("alfworld")
     assert (alf.theta_m, alf.rho, alf.eta, alf.kappa_bc) == (1.1, 0.0, 0.2, 0)
-    assert CREDIT_METHODS == ("grpo", "rloo", "gigpo", "hgpo", "graphgpo", "milegpo", "gagpo")
+    assert CREDIT_METHODS == ("grpo", "rloo", "gigpo", "hgpo", "graphgpo", "milegpo", "gagpo", "g2po")
 
 
 def test_credit_of_trajectory_and_json_diagnostics():

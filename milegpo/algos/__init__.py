@@ -1,4 +1,5 @@
-"""Group RL algorithms for text agents: MileGPO and the GraphGPO, HGPO, GiGPO, GAGPO, RLOO, GRPO baselines.
+"""Group RL algorithms for text agents: MileGPO and the GraphGPO, HGPO, GiGPO, GAGPO, G2PO, RLOO, GRPO
+baselines.
 
 All of them share :class:`~milegpo.algos.base.GroupRLAlgorithm` (an SB3
 ``OnPolicyAlgorithm``) and differ only by their credit function
@@ -20,6 +21,7 @@ _LAZY = {
     "RLOO": "milegpo.algos.algorithms",
     "GRPO": "milegpo.algos.algorithms",
     "GAGPO": "milegpo.algos.algorithms",
+    "G2PO": "milegpo.algos.algorithms",
     "GroupRLAlgorithm": "milegpo.algos.base",
     "TextRolloutBuffer": "milegpo.algos.buffer",
     "IterationCallback": "milegpo.algos.callbacks",

@@ -77,6 +77,14 @@ class GAGPO(GroupRLAlgorithm):
     credit_method: ClassVar[str] = "gagpo"
 
 
+class G2PO(GroupRLAlgorithm):
+    """G2PO (arXiv 2606.22995): steps grouped by state, each group scored by the discounted outcome of its
+    steps; a step is credited for the score of the group it led to (against the other steps from its state)
+    and for its score gain (against the task's steps), plus the episode term (:mod:`milegpo.credit.g2po`)."""
+
+    credit_method: ClassVar[str] = "g2po"
+
+
 #: Algorithm classes by name (for the CLI and scripts).
 ALGORITHMS: dict[str, type[GroupRLAlgorithm]] = {"milegpo": MileGPO, "graphgpo": GraphGPO, "hgpo": HGPO, "gigpo": GiGPO,
-                                                  "rloo": RLOO, "grpo": GRPO, "gagpo": GAGPO}
+                                                  "rloo": RLOO, "grpo": GRPO, "gagpo": GAGPO, "g2po": G2PO}

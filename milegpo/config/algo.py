@@ -19,7 +19,7 @@ class AlgoConfig:
     """What the group-RL algorithm does with a rollout (:class:`~milegpo.algos.base.GroupRLAlgorithm`).
 
     :param method: the credit method: ``"milegpo"``, ``"graphgpo"``, ``"hgpo"``, ``"gigpo"``, ``"rloo"``,
-        ``"grpo"`` or ``"gagpo"`` (one trainer; only the step advantages differ).
+        ``"grpo"``, ``"gagpo"`` or ``"g2po"`` (one trainer; only the step advantages differ).
     :param learning_rate: optimizer learning rate (the paper: 1e-6 for a 1.5B model; tiny CPU models ~3e-3;
         0 leaves the weights as they are).
     :param n_epochs: passes over each rollout's steps.

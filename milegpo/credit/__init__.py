@@ -9,7 +9,9 @@ advantage per step row, for ``method`` in :data:`CREDIT_METHODS`:
 * ``"hgpo"``     - :mod:`~milegpo.credit.hgpo`, step groups by shared history of 1..H+1 states;
 * ``"graphgpo"`` - :mod:`~milegpo.credit.graphgpo`, + distance to goal on the task graph;
 * ``"milegpo"``  - :mod:`~milegpo.credit.milegpo`, + milestone / trap shaping;
-* ``"gagpo"``    - :mod:`~milegpo.credit.gagpo`, GAE over the mean return of same-state steps.
+* ``"gagpo"``    - :mod:`~milegpo.credit.gagpo`, GAE over the mean return of same-state steps;
+* ``"g2po"``     - :mod:`~milegpo.credit.g2po`, scores of the group's state graph: where a step led
+  among same-state steps, plus its score gain.
 
 Example::
 
@@ -22,6 +24,7 @@ Example::
 from milegpo.credit.api import CREDIT_METHODS, compute_credit, credit_of_trajectory, make_credit_config
 from milegpo.credit.base import CreditConfig
 from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.g2po import G2POConfig
 from milegpo.credit.gagpo import GAGPOConfig
 from milegpo.credit.gigpo import GiGPOConfig
 from milegpo.credit.graph import TaskGraph, build_task_graph
@@ -34,6 +37,6 @@ from milegpo.credit.rloo import RLOOConfig
 __all__ = [
     "CREDIT_METHODS", "compute_credit", "credit_of_trajectory", "make_credit_config",
     "StepBatch", "CreditResult", "CreditConfig", "GRPOConfig", "RLOOConfig", "GiGPOConfig", "HGPOConfig",
-    "GraphGPOConfig", "MileGPOConfig", "GAGPOConfig",
+    "GraphGPOConfig", "MileGPOConfig", "GAGPOConfig", "G2POConfig",
     "TaskGraph", "build_task_graph", "MilestoneEvidence", "milestone_evidence",
 ]

@@ -9,6 +9,7 @@ import numpy as np
 
 from milegpo.credit.base import CreditConfig
 from milegpo.credit.batch import CreditResult, StepBatch
+from milegpo.credit.g2po import G2POConfig, g2po
 from milegpo.credit.gagpo import GAGPOConfig, gagpo
 from milegpo.credit.gigpo import GiGPOConfig, gigpo
 from milegpo.credit.graphgpo import GraphGPOConfig, graphgpo
@@ -25,6 +26,7 @@ _REGISTRY: dict[str, tuple[Callable[..., CreditResult], type[CreditConfig]]] = {
     "graphgpo": (graphgpo, GraphGPOConfig),
     "milegpo": (milegpo, MileGPOConfig),
     "gagpo": (gagpo, GAGPOConfig),
+    "g2po": (g2po, G2POConfig),
 }
 
 CREDIT_METHODS: tuple[str, ...] = tuple(_REGISTRY)

@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from milegpo.credit import CreditConfig, CreditResult, GiGPOConfig, StepBatch, compute_credit, make_credit_config
+from milegpo.credit import (
+    CreditConfig,
+    CreditResult,
+    G2POConfig,
+    GiGPOConfig,
+    StepBatch,
+    compute_credit,
+    make_credit_config,
+)
+from milegpo.credit.g2po import g2po
 from milegpo.integrations.verl.exact import verl_agent_gigpo
 from milegpo.integrations.verl.settings import ESTIMATORS, EstimatorSettings
 from milegpo.integrations.verl.steps import StepRows, SuccessRule, step_batch_from_verl
@@ -61,7 +70,8 @@ def compute_step_advantage(
 
 def _credit(method: str, batch: StepBatch, config: CreditConfig, invalid_action_penalty: float) -> CreditResult:
     """The credit of ``batch``; with ``upstream_exact``, GiGPO is verl-agent's own arithmetic
-    (:func:`~milegpo.integrations.verl.exact.verl_agent_gigpo`), whatever the env pays on invalid steps.
+    (:func:`~milegpo.integrations.verl.exact.verl_agent_gigpo`) and G2PO the G2PO code's
+    (:func:`~milegpo.credit.g2po.g2po` told the penalty), whatever the env pays on invalid steps.
 
     The other methods' ``upstream_exact`` statistics assume an invalid step earns no env
     reward; a batch where one does is refused rather than given an episode term that is off.
@@ -70,13 +80,16 @@ def _credit(method: str, batch: StepBatch, config: CreditConfig, invalid_action_
         return compute_credit(method, batch, config)
     if isinstance(config, GiGPOConfig):
         return verl_agent_gigpo(batch, config, invalid_action_penalty)
+    if isinstance(config, G2POConfig):
+        return g2po(batch, config, invalid_action_penalty=invalid_action_penalty)
     paid = np.flatnonzero(~batch.valid & (batch.rewards + invalid_action_penalty != 0))
     if len(paid):
         reward = batch.rewards[paid[0]] + invalid_action_penalty
         raise ValueError(f"upstream_exact=True for {method!r}: step {batch.step_idx[paid[0]]} of a trajectory has an "
                          f"invalid action that earned an env reward of {reward:g}, which milegpo's {method!r} cannot "
                          "tell from the invalid-action penalty in verl-agent's row statistics; only "
-                         "'milegpo.gigpo' reproduces verl-agent for such rewards (or drop upstream_exact)")
+                         "'milegpo.gigpo' and 'milegpo.g2po' reproduce their reference for such rewards (or drop "
+                         "upstream_exact)")
     return compute_credit(method, batch, config)
 
 

@@ -12,6 +12,8 @@ verl-agent's own keys keep their meaning, as in its GiGPO: ``algorithm.gamma`` i
 step-return discount of the methods that discount (``milegpo.gigpo``, ``hgpo``);
 ``algorithm.gigpo.mode`` and ``algorithm.gigpo.step_advantage_w`` configure
 ``milegpo.gigpo``; ``algorithm.norm_adv_by_std_in_grpo`` configures ``milegpo.grpo``;
+``algorithm.g2po.mode`` and ``algorithm.g2po.step_advantage_w`` (keys of the G2PO authors' fork
+of verl-agent) configure ``milegpo.g2po``;
 ``actor_rollout_ref.actor.use_invalid_action_penalty`` / ``invalid_action_penalty_coef``
 set the invalid-action penalty. A key that would change the result but that milegpo's
 credit cannot honour is refused with a message naming it: ``algorithm.use_kl_in_reward``,
@@ -89,6 +91,9 @@ _VERL_KEYS: dict[str, tuple[object, tuple[str, ...], str]] = {
     "algorithm.gigpo.mode": ("mean_norm", ("gigpo",), "norm"),
     "algorithm.gigpo.step_advantage_w": (1.0, ("gigpo",), "w_step"),
     "algorithm.norm_adv_by_std_in_grpo": (True, ("grpo",), "norm"),
+    # the G2PO authors' verl-agent fork adds these two (default as in its ppo_trainer.yaml); verl-agent has neither
+    "algorithm.g2po.mode": ("mean_norm", ("g2po",), "norm"),
+    "algorithm.g2po.step_advantage_w": (1.0, ("g2po",), "w_step"),
 }
 #: what a value of each type must be, as said in an error message
 _KINDS: dict[type, tuple[type | tuple[type, ...], str]] = {
