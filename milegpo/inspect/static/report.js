@@ -9,7 +9,8 @@
   const summary = JSON.parse(document.getElementById("report-data").textContent);
   const methods = summary.methods;
   const views = new Map(); // iteration -> parsed data
-  const state = { iteration: null, view: null, group: null, index: null, cap: CAP_STEP, cy: null, trajectory: null };
+  const state = { iteration: null, view: null, group: null, index: null, cap: CAP_STEP, cy: null, trajectory: null,
+                  curve: null };
 
   // ------------------------------------------------------------------ helpers
   function $(id) { return document.getElementById(id); }
@@ -75,8 +76,10 @@
     const plot = new uPlot({
       width: Math.max(box.clientWidth, 400), height: 220, series,
       scales: { x: { time: false }, y: { range: [0, 1] } },
-      axes: [{ label: "iteration" }, { label: "success rate" }],
+      axes: [{ label: "iteration", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] },
+             { label: "success rate" }],
     }, data, box);
+    state.curve = plot;
     plot.over.addEventListener("click", () => {
       const idx = plot.cursor.idx;
       if (idx === null || idx === undefined) return;
@@ -402,6 +405,7 @@
   window.milegpoReport = {
     openIteration, selectGroup, selectTrajectory, clearSelection,
     get cy() { return state.cy; },
+    get curve() { return state.curve; },
     get group() { return state.group; },
     get iteration() { return state.iteration; },
   };
