@@ -205,6 +205,22 @@ def test_reordered_and_duplicated_rows_get_their_steps_advantage(method: str, se
     assert np.abs(want).max() > 0
 
 
+@pytest.mark.parametrize("method", ["gigpo", "g2po"])
+@pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
+def test_reordered_and_duplicated_rows_under_upstream_exact(method: str, mode: str) -> None:
+    # the two methods whose upstream_exact is their reference's whole arithmetic, on Sokoban-shaped rewards (the env
+    # pays on invalid steps too): verl-agent's balancing and row copies give each row its step's in-order value
+    for seed in range(3):
+        config = {"upstream_exact": True, "norm": mode}
+        data = verl_agent_batch(reward_shaped_episodes("sokoban", seed))
+        want = row_values(milegpo_verl.compute_step_advantage(data, method, config)[0], data.batch["response_mask"])
+        shuffled, source = balanced_and_padded(verl_agent_batch(reward_shaped_episodes("sokoban", seed)),
+                                               world_size=4, seed=seed)
+        got = row_values(milegpo_verl.compute_step_advantage(shuffled, method, config)[0],
+                         shuffled.batch["response_mask"])
+        assert np.abs(got - want[source]).max() <= 1e-6 and np.abs(want).max() > 0
+
+
 def test_a_batch_without_the_step_column_is_refused_with_the_cause() -> None:
     data = verl_agent_batch()
     data.non_tensor_batch.pop(milegpo_verl.STEP_COLUMN)
@@ -275,6 +291,28 @@ def test_verl_agents_keys_change_the_result() -> None:
     penalty_off.actor_rollout_ref.actor.use_invalid_action_penalty = False
     assert milegpo_verl.settings_from_config(penalty_off).invalid_action_penalty == 0.0
     assert not np.allclose(base, advantages_under(penalty_off))
+
+
+def test_the_g2po_forks_keys_configure_milegpo_g2po_only() -> None:
+    # the G2PO authors' verl-agent fork has algorithm.g2po.mode and step_advantage_w (mean_norm, 1.0): they set
+    # milegpo.g2po's norm and w_step, and are refused off their default for any other estimator
+    settings = milegpo_verl.settings_from_config(
+        trainer_config("milegpo.g2po", g2po={"mode": "mean_std_norm", "step_advantage_w": 0.5}))
+    assert (settings.method, settings.credit.norm, settings.credit.w_step) == ("g2po", "mean_std_norm", 0.5)
+    base = advantages_under(trainer_config("milegpo.g2po", g2po={"mode": "mean_norm", "step_advantage_w": 1.0}))
+    assert np.array_equal(base, advantages_under(trainer_config("milegpo.g2po")))  # the fork's defaults are ours
+    assert not np.allclose(base, advantages_under(trainer_config("milegpo.g2po", g2po={"mode": "mean_std_norm"})))
+    assert not np.allclose(base, advantages_under(trainer_config("milegpo.g2po", g2po={"step_advantage_w": 0.0})))
+    with pytest.raises(ValueError, match="algorithm.g2po.mode='mean_std_norm' has no effect on 'milegpo'"):
+        milegpo_verl.settings_from_config(trainer_config("milegpo", g2po={"mode": "mean_std_norm"}))
+    with pytest.raises(ValueError, match="algorithm.g2po.step_advantage_w must be in"):
+        milegpo_verl.settings_from_config(trainer_config("milegpo.g2po", g2po={"step_advantage_w": -1.0}))
+    with pytest.raises(ValueError, match="set it in one place"):
+        milegpo_verl.settings_from_config(trainer_config("milegpo.g2po", {"norm": "mean_norm"},
+                                                         g2po={"mode": "mean_norm"}))
+    # verl-agent's GiGPO keys do not reach G2PO (its own keys do): set off their default, they are refused
+    with pytest.raises(ValueError, match="algorithm.gigpo.mode='mean_std_norm' has no effect on 'milegpo.g2po'"):
+        milegpo_verl.settings_from_config(trainer_config("milegpo.g2po", gigpo={"mode": "mean_std_norm"}))
 
 
 def test_milegpo_keys_reach_the_credit_config() -> None:
