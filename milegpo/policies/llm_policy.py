@@ -155,7 +155,12 @@ class LLMPolicy(AdapterFilesMixin):
 
     # ---------------------------------------------------------------- prompts
     def build_prompt(self, observation: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
-        """Prompt token ids for one env (task from ``info["task"]``, commands from ``info``)."""
+        """Prompt token ids for one env (task from ``info["task"]``, commands from ``info``); an agent program's
+        step (``info["agent_request"]``, :mod:`milegpo.agents`): its request's own messages."""
+        if info.get("agent_request") is not None:
+            from milegpo.agents.policy_step import request_prompt
+
+            return request_prompt(self, info["agent_request"])
         if self.chat is not None:
             return self.chat.build(str(info.get("task", "")), str(observation), history, info)
         commands = info.get("admissible_commands")
@@ -239,8 +244,13 @@ class LLMPolicy(AdapterFilesMixin):
             with th.no_grad():
                 if self.mode == "choose":
                     return self._choose(prompts, infos, deterministic, sample_seeds)
-                return self._generate(prompts, [str(i.get("action_format", "tags")) for i in infos], deterministic,
-                                      sample_seeds)
+                samples = self._generate(prompts, [str(i.get("action_format", "tags")) for i in infos], deterministic,
+                                         sample_seeds)
+                if any(i.get("agent_request") is not None for i in infos):  # replies to agent programs' requests
+                    from milegpo.agents.policy_step import answer_requests
+
+                    answer_requests(self, samples, infos)
+                return samples
         finally:
             self.set_training_mode(was_training)
 

@@ -1,0 +1,59 @@
+"""The policy's side of an agent step: the prompt is the request's own messages, the action its reply.
+
+An :class:`~milegpo.agents.AgentEnv` step carries the program's pending request in
+``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None}``, the messages as the program
+sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages alone
+(:func:`request_prompt`: serve's message conversion and the policy's chat template, as ``milegpo
+serve`` does; not from the task, the observation and a history of its own), samples from those ids,
+and hands the env the reply as :func:`~milegpo.agents.replies.reply_action` writes it
+(:func:`answer_requests`). The trainer keeps the prompt ids and the sampled ids and log-probs of
+every step and scores exactly those: nothing is re-tokenised from text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: the info key of a step whose prompt is an agent program's request
+AGENT_REQUEST = "agent_request"
+
+
+def request_prompt(policy: Any, request: Mapping[str, Any]) -> list[int]:
+    """The prompt ids of an agent request: its messages (and tools) through the policy's chat template.
+    ``ValueError`` when the tokenizer has no chat template or the prompt exceeds ``max_prompt_tokens``."""
+    from milegpo.policies.prompts import ChatPromptBuilder
+    from milegpo.policies.tools import renders_tools
+    from milegpo.serve.messages import chat_messages
+
+    tokenizer = policy.tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"an agent program's requests are chat messages, and the tokenizer of {policy.model_name} "
+                         "has no chat template: train an instruct/chat model")
+    limit = int(policy.config.max_prompt_tokens)
+    prompts = policy.chat or ChatPromptBuilder(tokenizer, "", 0, limit)
+    ids = prompts.encode(chat_messages(list(request["messages"]), renders_tools(tokenizer)), request.get("tools"))
+    if len(ids) > limit:
+        raise ValueError(f"an agent program sent a conversation of {len(ids)} tokens, more than "
+                         f"policy.max_prompt_tokens={limit}: raise max_prompt_tokens, or end the program's "
+                         "episodes sooner (the env's max_episode_steps, or a shorter conversation)")
+    return ids
+
+
+def answer_requests(policy: Any, samples: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> None:
+    """Turn the samples of agent steps into replies (``sample.text`` becomes the env's action); the sampled
+    ids and log-probs are left as they are."""
+    from milegpo.agents.replies import reply_action
+    from milegpo.policies.parsing import action_parser
+    from milegpo.policies.sampling import Completion
+    from milegpo.serve.replies import make_reply
+
+    parse_tools = action_parser("tools", policy.tokenizer)
+    for sample, info in zip(samples, infos):
+        request = info.get(AGENT_REQUEST)
+        if request is None:
+            continue
+        completion = Completion(list(sample.action_ids), sample.old_logprobs)
+        reply = make_reply(completion, policy.tokenizer, policy.eos_ids, (),
+                           parse_tools if request.get("tools") else None)
+        sample.text, sample.parsed = reply_action(reply), True
