@@ -43,7 +43,7 @@ CREDIT_PANELS = {
 }
 
 METHOD_LABELS = {"grpo": "GRPO", "rloo": "RLOO", "gigpo": "GiGPO", "hgpo": "HGPO", "graphgpo": "GraphGPO",
-                 "milegpo": "MileGPO", "gagpo": "GAGPO"}
+                 "milegpo": "MileGPO", "gagpo": "GAGPO", "g2po": "G2PO"}
 #: Characters of an action shown as a tick label.
 ACTION_CHARS = 32
 
