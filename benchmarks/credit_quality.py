@@ -137,6 +137,8 @@ VARIANTS = [
     ("MileGPO no traps", "milegpo", {"traps": False}),
     ("MileGPO no milestone bonus", "milegpo", {"w_plus": 0.0}),
     ("GAGPO", "gagpo", {}),
+    ("G2PO", "g2po", {}),
+    ("G2PO mean_std_norm (the authors' ALFWorld / WebShop scripts)", "g2po", {"norm": "mean_std_norm"}),
 ]
 PRESET = {"webshop": "webshop"}  # MileGPO's per-env preset; the others use the ALFWorld (default) one
 
