@@ -45,8 +45,9 @@ arithmetic for the first three:
 * **success**: the sentinel a trajectory's last step points to follows ``StepBatch.success`` (the
   env's ``won``), or ``Z_i >= success_threshold`` when that is set. The reference tests
   ``episode reward == 10`` exactly: a Sokoban solve, which also pays -0.1 per step and +-1 per
-  box, almost never sums to exactly 10 and so points to the failure sentinel, as does a WebShop
-  purchase scored below 10. ``upstream_exact``: the env reward sum equals ``success_reward``.
+  box, almost never sums to exactly 10 and so points to the failure sentinel, as does a win of
+  verl-agent's multi-modal ALFWorld (10 plus the goal-condition success rate on every step).
+  ``upstream_exact``: the env reward sum (in float32, as the reference's) equals ``success_reward``.
 * **episode term**: statistics once per trajectory (long trajectories do not weigh more, as in
   every milegpo method); the reference takes them over step rows. ``upstream_exact``: over rows.
 * **truncation**: a trajectory that ends without success points to the failure sentinel whether
@@ -135,7 +136,7 @@ def g2po(batch: StepBatch, config: G2POConfig | None = None, graph: TaskGraph | 
             penalties = invalid_action_penalty * ~batch.valid
             env_rewards = batch.rewards + penalties
         outcomes = np.bincount(batch.traj_ids, weights=env_rewards, minlength=batch.num_trajectories)
-        success = outcomes == config.success_reward
+        success = outcomes.astype(np.float32) == config.success_reward  # the reference's float32 episode reward
     else:
         outcomes = batch.outcomes
         success = batch.success_mask(config.success_threshold)
@@ -167,9 +168,11 @@ def _scores(batch: StepBatch, graph: TaskGraph, outcomes: np.ndarray, success: n
     lengths = np.diff(np.r_[starts, n])
     to_end = np.empty(n)
     to_end[order] = np.repeat(starts + lengths, lengths) - np.arange(n)  # L_i - t: 1 on the last step
-    discounted = config.gamma ** to_end * outcomes[batch.traj_ids]
-    if config.upstream_exact:
-        discounted = (config.gamma ** to_end).astype(np.float32) * outcomes[batch.traj_ids].astype(np.float32)
+    weights, rewards = config.gamma ** to_end, outcomes[batch.traj_ids]
+    if config.upstream_exact:  # the reference multiplies its float32 episode reward: NumPy keeps the product float32
+        discounted = weights.astype(np.float32) * rewards.astype(np.float32)
+    else:
+        discounted = weights * rewards
     members = np.bincount(graph.row_src, minlength=graph.num_nodes)
     group_score = np.bincount(graph.row_src, weights=discounted, minlength=graph.num_nodes) / np.maximum(members, 1)
     # in trajectory order, a row's next group is the following row's; a trajectory's last row points to a sentinel
