@@ -112,7 +112,7 @@ class RunConfig:
     :param tiny_model: the offline model built when ``policy.model`` is null.
     :param keep_batch_every: keep the StepBatch of every this many iterations, and of the last one, in
         ``batches/`` for ``milegpo inspect`` (compressed, with the observations behind the state keys:
-        about KEPT_KB KB per 1,000 steps on House); 0: keep only the last (``last_batch.npz``).
+        about 11 kB per 1,000 steps on House); 0: keep only the last (``last_batch.npz``).
     :param torch_threads: CPU threads of torch's operations in the training process; null: 1 for the
         offline tiny model (its small matmuls gain nothing from more, and on a loaded machine each extra
         thread waits for a core: measured ~12x slower per iteration with one per core), torch's default

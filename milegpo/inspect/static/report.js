@@ -190,7 +190,7 @@
     if (n.milestone) { classes.push("milestone"); ring = 2 + 4 * n.milestone.reliability; }
     if (n.trap) { classes.push("trap"); ring = 2 + 3 * n.trap.reliability; }
     return { group: "nodes", classes: classes.join(" "), data: {
-      id: n.id, label: n.goal ? "goal" : `${short(n.key, 18)}\n${n.visits}${distance}`,
+      id: n.id, label: n.goal ? "goal" : `${n.start ? "start: " : ""}${short(n.key, 18)}\n${n.visits}${distance}`,
       color: n.goal ? "#d4a72c" : shareColor(share), size: 18 + 5 * Math.sqrt(n.visits), ring } };
   }
 
@@ -214,7 +214,8 @@
       width: "data(width)", "line-color": "data(color)", "target-arrow-color": "data(color)", opacity: 0.85 } },
     { selector: "edge.failonly", style: { "line-style": "dashed" } },
     { selector: ".faded", style: { opacity: 0.12 } },
-    { selector: "node.hl", style: { "border-color": "#0969da", "border-width": 5, opacity: 1 } },
+    { selector: "node.hl", style: { "underlay-color": "#0969da", "underlay-padding": 7, "underlay-opacity": 0.45,
+      "underlay-shape": "ellipse", opacity: 1 } },
     { selector: "edge.hl", style: { "line-color": "#0969da", "target-arrow-color": "#0969da", width: 5,
       opacity: 1, "z-index": 10 } },
   ];
@@ -330,7 +331,7 @@
     const share = n.visits ? n.successes / n.visits : 0;
     const parts = [el("h3", {}, n.goal ? "Goal" : "State"), el("pre", { class: "key" }, n.key),
       table([["visits", `${n.visits} trajectories (${n.revisits} revisits)`],
-             ["successes", `${n.successes} (${num(share, 2)})`],
+             ["successes", `${n.successes} of them (${Math.round(100 * share)}%)`],
              ["distance to goal", state.group.successes_total === 0 ? "no success in this group"
                : n.reaches_goal ? num(n.distance, 0) : `cannot reach it (${num(n.distance, 0)} used)`]])];
     if (n.milestone) {
@@ -377,7 +378,8 @@
     const e = state.group.byId.get(id);
     $("panel").replaceChildren(el("h3", {}, "Transition"),
       el("p", {}, "from ", nodeLink(e.source), " to ", nodeLink(e.target)),
-      table([["trajectories", e.trajectories], ["successes", `${e.successes} (${num(e.success_rate, 2)})`],
+      table([["trajectories", e.trajectories],
+             ["successes", `${e.successes} of them (${Math.round(100 * e.success_rate)}%)`],
              ["vs the other actions here", e.lift === null ? "no other action" : num(e.lift, 3),
               "its success rate minus the mean of the state's other transitions"]]),
       el("h3", {}, "Actions"),
@@ -399,6 +401,7 @@
     $("fit").addEventListener("click", () => state.cy && state.cy.fit());
     $("clear").addEventListener("click", clearSelection);
     openIteration(summary.included[summary.included.length - 1]);
+    document.body.dataset.readyMs = String(performance.now()); // since navigation start (the benchmark reads it)
     document.body.dataset.ready = "true";
   }
 
