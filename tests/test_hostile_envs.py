@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import broken_envs
 import cloudpickle
 import hostile_envs
 import pytest
@@ -50,6 +51,64 @@ def test_an_unknown_chat_role_is_refused_where_it_enters() -> None:
     with pytest.raises(EnvContractError, match=r"WizardRoleEnv: info\['messages'\] at reset has the chat "
                                                r"role\(s\) \['wizard'\]: a message's role is one of"):
         env.reset(seed=0)
+
+
+LONE = "\ud800"  # a lone surrogate: no encoding (a tokenizer's included) can write it
+
+
+class SurrogateTaskEnv(broken_envs.LineEnv):
+    def _reset(self, seed, options):
+        observation, info = super()._reset(seed, options)
+        return observation, {"task": f"reach cell 4{LONE}"}
+
+
+class SurrogateMessageEnv(broken_envs.LineEnv):
+    def _reset(self, seed, options):
+        observation, info = super()._reset(seed, options)
+        return observation, {**info, "messages": [{"role": "user", "content": f"walk{LONE}"}]}
+
+
+class SurrogateStepEnv(broken_envs.LineEnv):
+    def _step(self, action):
+        observation, reward, done, info = super()._step(action)
+        return f"{observation}{LONE}", reward, done, info
+
+
+class SurrogateCommandEnv(broken_envs.LineEnv):
+    def admissible_commands(self):
+        return [*super().admissible_commands(), f"jump{LONE}"]
+
+
+@pytest.mark.parametrize(("env_class", "says"), [
+    (broken_envs.LoneSurrogateEnv, r"LoneSurrogateEnv: LoneSurrogateEnv._reset\(\) returned an observation that is "
+                                   r"not valid Unicode \('\\udcff' at index 16\); decode the engine's bytes with "
+                                   r"errors='replace'"),
+    (SurrogateTaskEnv, r"SurrogateTaskEnv._reset\(\) returned an info\['task'\] that is not valid Unicode "
+                       r"\('\\ud800' at index 12\)"),
+    (SurrogateMessageEnv, r"SurrogateMessageEnv: info\['messages'\]\[0\]\['content'\] at reset is text that is not "
+                          r"valid Unicode \('\\ud800' at index 4\)"),
+    (SurrogateStepEnv, r"SurrogateStepEnv._step\(\) returned an observation that is not valid Unicode"),
+    (SurrogateCommandEnv, r"SurrogateCommandEnv.admissible_commands\(\)\[1\] is text that is not valid Unicode "
+                          r"\('\\ud800' at index 4\)"),
+])
+def test_text_that_is_not_valid_unicode_is_refused_where_it_enters(env_class: type, says: str) -> None:
+    env = env_class()
+    with pytest.raises(EnvContractError, match=says):  # before: it passed, and a tokenizer failed far from here
+        env.reset(seed=0)
+        env.step("right")
+    assert "\n" not in says
+
+
+def test_training_on_such_an_env_stops_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: a real tokenizer's 55-line traceback from inside the rollout (rc 1)."""
+    assert main(["train", "env.id=broken_envs:LoneSurrogateEnv", "--run-dir", str(tmp_path / "run"),
+                 "--no-progress-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "error: broken_envs:LoneSurrogateEnv failed at its first reset: EnvContractError: "
+        "broken_envs:LoneSurrogateEnv: LoneSurrogateEnv._reset() returned an observation that is not valid Unicode "
+        "('\\udcff' at index 16); decode the engine's bytes with errors='replace' (a tokenizer cannot encode it)"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_slow_first_reset_is_reported_with_what_comes_next(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

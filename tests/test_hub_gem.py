@@ -99,6 +99,18 @@ def test_a_group_starts_from_one_state_and_the_board_is_in_the_observation() -> 
         GEMEnv("game:Nothing-v0")
 
 
+
+@pytest.mark.parametrize("command", ["play", "train", "check-env"])
+def test_an_unknown_game_is_one_line_reported_first(command: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """Before: play raised a KeyError (an 18-21 line traceback); train said "has no task splits" first."""
+    argv = {"play": ["play", "gem:nope"], "check-env": ["check-env", "gem:nope"],
+            "train": ["train", "env.id=gem:nope", "--run-dir", str(tmp_path / "run")]}[command]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and err.startswith("error: GEM has no env 'nope'; its games: [")
+    assert "no task splits" not in out and not (tmp_path / "run").exists()
+
 def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path) -> None:
     kwargs = {"commands": [rf"\boxed{{{n}}}" for n in range(1, 11)], "max_episode_steps": 4}
     run = tmp_path / "run"

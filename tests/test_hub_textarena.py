@@ -134,6 +134,18 @@ def test_chat_opening_and_prefixed_id() -> None:
         TextArenaEnv("NoSuchGame-v0")
 
 
+
+@pytest.mark.parametrize("command", ["play", "train", "check-env"])
+def test_an_unknown_game_is_one_line_reported_first(command: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """Before: play raised a KeyError (an 18-21 line traceback); train said "has no task splits" first."""
+    argv = {"play": ["play", "textarena:Nope-v0"], "check-env": ["check-env", "textarena:Nope-v0"],
+            "train": ["train", "env.id=textarena:Nope-v0", "--run-dir", str(tmp_path / "run")]}[command]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and err.startswith("error: TextArena has no game 'Nope-v0'; e.g. [")
+    assert "no task splits" not in out and not (tmp_path / "run").exists()
+
 def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     kwargs = {"commands": ["[A B]", "[A C]", "[B A]", "[B C]", "[C A]", "[C B]"], "max_episode_steps": 8}
     run = tmp_path / "run"

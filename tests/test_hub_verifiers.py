@@ -22,6 +22,7 @@ if importlib.util.find_spec("verifiers") is None:
                 allow_module_level=True)
 
 import verifiers as vf  # noqa: E402
+from console_script import run_milegpo  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from example_modules import load_example  # noqa: E402
 
@@ -280,6 +281,19 @@ def test_cli_trains_evaluates_plays_and_exports(tmp_path: Path) -> None:
     assert play(args, stdin=io.StringIO("\\boxed{5}\n:q\n"), stdout=out) == 0
     assert "5 is too" in out.getvalue()
 
+
+
+def test_an_environment_module_in_the_working_directory_plays_from_the_command_line(tmp_path: Path) -> None:
+    """``verifiers:my_guess`` with my_guess.py beside the user: imported from the working directory, as
+    ``module:ClassName`` env ids are (before: rc 2, verifiers' "Could not import 'my_guess' environment")."""
+    (tmp_path / "my_guess.py").write_text((EXAMPLES / f"{GUESS}.py").read_text())
+    result = run_milegpo("play", "verifiers:my_guess", cwd=tmp_path, stdin="\\boxed{5}\n:q\n")
+    assert result.returncode == 0, result.stderr
+    assert "5 is too high" in result.stdout  # seed 0 plays row 0, the secret 1
+    result = run_milegpo("play", "verifiers:nobody_here", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: cannot import 'nobody_here', the module of the verifiers environment 'nobody_here', from the installed "
+        f"packages or the working directory {tmp_path} (ModuleNotFoundError: No module named 'nobody_here')"]
 
 def test_the_example_trains(tmp_path: Path) -> None:
     result = load_example(GUESS).main(["--steps", "48", "--n-eval-tasks", "2", "--out", str(tmp_path)])
