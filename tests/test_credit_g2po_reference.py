@@ -1,10 +1,14 @@
 """``milegpo.g2po`` with ``upstream_exact`` against the G2PO authors' own functions.
 
-The reference is ``g2po/core_g2po.py`` of a checkout of https://github.com/Nala-YN/G2PO, loaded from
-outside this repository (nothing of it is copied here): set ``G2PO_CHECKOUT`` to the checkout, e.g.
+The reference is ``g2po/core_g2po.py`` of a checkout of https://github.com/Nala-YN/G2PO (commit b8ffaf5), loaded
+from outside this repository (nothing of it is copied here). With ``G2PO_CHECKOUT`` set to a checkout, e.g.
 ``git clone https://github.com/Nala-YN/G2PO /tmp/G2PO && G2PO_CHECKOUT=/tmp/G2PO pytest
-tests/test_credit_g2po_reference.py``. Without it the tests are skipped. The file imports ``verl``'s
-``DataProto`` (installed with ``pip install --no-deps verl==0.9.1``).
+tests/test_credit_g2po_reference.py``, the tests run the reference live. Without it (CI has no network) they
+compare with the reference's outputs on these same batches recorded from that checkout in
+``tests/data/g2po_reference.npz`` (every reference call below: its advantages, group scores and next-group
+links, keyed by the batch's content and the call's settings); ``G2PO_CHECKOUT=... python
+tests/test_credit_g2po_reference.py --record`` writes it again. The file imports ``verl``'s ``DataProto``
+(installed with ``pip install --no-deps verl==0.9.1``).
 
 The batches are laid out as the authors' trainer (verl-agent's) lays them out: rows gathered env by
 env, each trajectory's steps in order, non-tensor columns as object arrays (its ``collate_fn``), the
@@ -24,6 +28,7 @@ is within float32 precision of the float64 one; the tie batches show the rows wh
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import warnings
@@ -43,13 +48,19 @@ else:
 from verl import DataProto  # noqa: E402
 
 CHECKOUT = os.environ.get("G2PO_CHECKOUT")
-if not CHECKOUT or not (Path(CHECKOUT) / "g2po" / "core_g2po.py").is_file():
-    pytest.skip("set G2PO_CHECKOUT to a checkout of https://github.com/Nala-YN/G2PO (its g2po/core_g2po.py is the "
-                "reference)", allow_module_level=True)
+RECORDED = Path(__file__).parent / "data" / "g2po_reference.npz"
+#: the reference's outputs recorded from a checkout (``--record``), or being recorded
+_recorded: dict[str, np.ndarray] = {}
 
 
-def load_reference() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("g2po_reference_core_g2po", Path(CHECKOUT) / "g2po" / "core_g2po.py")
+def load_reference() -> ModuleType | None:
+    """The reference module of ``G2PO_CHECKOUT``; None without one (the recorded outputs are used)."""
+    if not CHECKOUT:
+        return None
+    path = Path(CHECKOUT) / "g2po" / "core_g2po.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"G2PO_CHECKOUT={CHECKOUT!r} holds no g2po/core_g2po.py")
+    spec = importlib.util.spec_from_file_location("g2po_reference_core_g2po", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -57,6 +68,19 @@ def load_reference() -> ModuleType:
 
 
 REFERENCE = load_reference()
+if REFERENCE is None:
+    with np.load(RECORDED, allow_pickle=False) as stored:
+        _recorded.update(stored)
+
+
+def _case_key(data: DataProto, mode: str, step_w: float, float64: bool) -> str:
+    """A reference call's key: the batch's columns the reference reads, and the call's settings."""
+    digest = hashlib.sha256()
+    for name in ("uid", "traj_uid", "anchor_obs", "is_action_valid", "episode_rewards"):
+        digest.update("\x1f".join(map(str, data.non_tensor_batch[name])).encode())
+    for name in ("token_level_rewards", "response_mask"):
+        digest.update(data.batch[name].numpy().tobytes())
+    return f"{digest.hexdigest()[:24]}-{mode}-{step_w}-{int(float64)}"
 RESPONSE_LENGTH = 5
 
 Episode = tuple[str, list[str], list[float], list[bool]]  # task, states s_0..s_{L-1}, env rewards, valid
@@ -98,7 +122,19 @@ def verl_agent_batch(episodes: list[Episode], penalty: float) -> DataProto:
 
 
 def reference(data: DataProto, mode: str, step_w: float, float64: bool = False) -> dict[str, np.ndarray]:
-    """The reference's advantage per row (and its group scores and links), as its trainer calls it."""
+    """The reference's advantage per row (and its group scores and links), as its trainer calls it: run live
+    from ``G2PO_CHECKOUT`` (and kept, for ``--record``), else read from the recorded outputs."""
+    key = _case_key(data, mode, step_w, float64)
+    fields = ("advantages", "group_score", "group", "next_group")
+    if REFERENCE is None:
+        return {name: _recorded[f"{key}/{name}"] for name in fields}
+    result = _run_reference(data, mode, step_w, float64)
+    _recorded.update({f"{key}/{name}": np.asarray(result[name]) for name in fields})
+    return result
+
+
+def _run_reference(data: DataProto, mode: str, step_w: float, float64: bool) -> dict[str, np.ndarray]:
+    assert REFERENCE is not None
     saved = torch.get_default_dtype()
     if float64:
         torch.set_default_dtype(torch.float64)
@@ -114,7 +150,7 @@ def reference(data: DataProto, mode: str, step_w: float, float64: bool = False) 
     finally:
         torch.set_default_dtype(saved)
     return {"advantages": advantages[:, 0].double().numpy(), "group_score": np.asarray(step_rewards, dtype=float),
-            "group": group_idx, "next_group": next_group_idx}
+            "group": np.asarray(group_idx), "next_group": np.asarray(next_group_idx)}
 
 
 def ours(data: DataProto, mode: str, step_w: float, penalty: float):
@@ -212,7 +248,8 @@ def test_a_lone_step_is_where_the_reference_keeps_the_raw_reward() -> None:
     episodes: list[Episode] = [("A", ["A0"], [10.0], [True]), ("B", ["B0", "B1"], [0.0, 10.0], [True, True]),
                                ("B", ["B0", "B2"], [0.0, 0.0], [True, True])]
     data = verl_agent_batch(episodes, 0.1)
-    with pytest.warns(UserWarning, match="degrees of freedom"):  # torch.std of the lone row's one score gain
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # live: torch.std of the lone row's one score gain
         assert reference(data, "mean_norm", 1.0)["advantages"][0] == 10.0
         assert np.isnan(reference(data, "mean_std_norm", 1.0)["advantages"][0])
     for mode in ("mean_norm", "mean_std_norm"):
@@ -222,3 +259,21 @@ def test_a_lone_step_is_where_the_reference_keeps_the_raw_reward() -> None:
             warnings.simplefilter("ignore", UserWarning)  # the same torch.std warning
             want = reference(data, mode, 1.0)["advantages"]
         assert np.abs(got[1:] - want[1:]).max() <= 1e-5
+
+
+
+def record() -> None:
+    """Run every test above against the live reference and write what it answered to :data:`RECORDED`."""
+    assert REFERENCE is not None, "set G2PO_CHECKOUT to a checkout of https://github.com/Nala-YN/G2PO"
+    for mode in ("mean_norm", "mean_std_norm"):
+        for shape in ("alfworld", "sokoban", "truncated", "k1"):
+            test_upstream_exact_g2po_is_the_references(shape, mode)
+        test_ties_are_exact_where_the_reference_rounds(mode)
+    test_a_lone_step_is_where_the_reference_keeps_the_raw_reward()
+    RECORDED.parent.mkdir(exist_ok=True)
+    np.savez_compressed(RECORDED, **_recorded)
+    print(f"recorded {len(_recorded)} arrays of the reference to {RECORDED}")
+
+
+if __name__ == "__main__":  # G2PO_CHECKOUT=PATH python tests/test_credit_g2po_reference.py --record
+    record()
