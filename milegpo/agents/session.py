@@ -92,7 +92,7 @@ class Session:
             return self._events.get(timeout=timeout)
         except queue.Empty:
             raise AgentTimedOut(f"the agent program neither called the model nor returned within {timeout:g} s "
-                                "(the env's timeout); its episode is truncated") from None
+                                "(the env's timeout)") from None
 
     def answer(self, pending: Pending, reply: Reply) -> None:
         """Send the policy's reply to the program's pending request."""
