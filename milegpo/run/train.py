@@ -192,11 +192,6 @@ def _train_ranks(config: TrainConfig, world: Any, run_dir: str | Path | None, re
         if not resume:  # again under the lock: another process may have started this run meanwhile
             check_new_run_dir(run_dir)
         return _train_locked(config, world, run_dir, resume, progress_bar, verbose, restart, created)
-    except BaseException:
-        if lock is not None and created and not any((run_dir / CHECKPOINTS_DIR).glob("*")):
-            lock.release()
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was trained: leave no stray folder
-        raise
     finally:
         if lock is not None:
             lock.release()
@@ -250,6 +245,8 @@ def _train_locked(config: TrainConfig, world: Any, run_dir: Path, resume: bool, 
     except BaseException:
         if env is not None:
             env.close()
+        if main and created:
+            _remove_untrained(run_dir)
         raise
     resumed = checkpoint is not None
 
@@ -296,6 +293,8 @@ def _train_locked(config: TrainConfig, world: Any, run_dir: Path, resume: bool, 
     signum = preemption.stop_requested()
     if preemption.stop_agreed(world):  # stopped at a safe point: the last completed iteration is saved
         assert signum is not None or world.distributed
+        if main and created and model.iterations == 0:
+            _remove_untrained(run_dir)
         raise preemption.RunStopped(_stopped_message(run_dir, model, saver if main else None, signum, created),
                                     signum or signal.SIGTERM)
     if main:
@@ -303,6 +302,12 @@ def _train_locked(config: TrainConfig, world: Any, run_dir: Path, resume: bool, 
         _finish(model, config, run_dir, verbose, progress_bar, logger=model.logger)
     distributed.barrier(world)  # the other ranks wait for rank 0's final save and evaluation
     return run_dir
+
+
+def _remove_untrained(run_dir: Path) -> None:
+    """Remove a new run's folder that trained nothing (no checkpoint): no stray folder is left behind."""
+    if not any((run_dir / CHECKPOINTS_DIR).glob("*")):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _stopped_message(run_dir: Path, model: Any, saver: Any, signum: signal.Signals | None, created: bool) -> str:
