@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -293,3 +296,32 @@ def test_a_group_without_success_has_no_goal_distance_or_branching(tmp_path):
     assert {n["distance"] for n in group["nodes"]} == {1.0}  # every state equally far from a goal nobody reached
     assert load_step_batch(tmp_path / "run" / "last_batch.npz")[1]["credit_config"] == dataclasses.asdict(
         MileGPOConfig())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rollout", [
+    [],  # lockstep, in this process
+    ["env.subprocess=true", "env.n_workers=2", "algo.rollout=async"],  # envs answer out of order
+    ["algo.max_staleness=1"],  # the next rollout plays in a thread during the update
+])
+def test_a_real_run_keeps_the_observation_of_every_state(rollout: list[str], tmp_path: Path):
+    """House's state key names the room (``at=<room>|...``) and its observation says "you are in the <room>."
+    (or "in a deep pit."): every kept step's observation is the one of the state it acted in, and its next
+    observation the one of where it went, however the rollout was played."""
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "milegpo", "train", "--preset", "cpu-demo", "--run-dir", str(run),
+                    "--no-progress-bar", "run.total_timesteps=96", "env.n_tasks=2", "env.group_size=2",
+                    "env.kwargs={max_episode_steps: 8}", "eval.splits=[]", "run.keep_batch_every=1", *rollout],
+                   check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    kept = kept_iterations(run)
+    assert len(kept) >= 2
+    for iteration, path in kept.items():
+        batch, meta = load_step_batch(path)
+        table = meta["observations"]
+        for keys, column in ((batch.state_keys, "state"), (batch.next_state_keys, "next_state")):
+            for key, text_id in zip(keys, table[column]):
+                if str(key).endswith("|won=1"):  # the last observation says what was achieved, not where
+                    continue
+                room = str(key).split("|")[0].removeprefix("at=")
+                said = "you are in a deep pit." if room == "pit" else f"you are in the {room}."
+                assert said in table["texts"][text_id], (iteration, key)

@@ -200,22 +200,6 @@ def test_the_screenshot_is_written_and_not_blank(page: Page, tmp_path: Path):
     assert len(np.unique(pixels, axis=0)) > 50  # states, transitions, labels in several colours
 
 
-def test_the_real_run_kept_the_observation_of_every_state(short_run: Path):
-    """House's state key names the room (``at=<room>|...``) and its observation says "you are in the <room>"
-    (or "in a deep pit"):
-    every step's kept observation is the one of the state it acted in, and the next one of where it went."""
-    for iteration, path in kept_iterations(short_run).items():
-        kept = load_kept(iteration, path)
-        table = kept.meta["observations"]
-        for keys, column in ((kept.batch.state_keys, "state"), (kept.batch.next_state_keys, "next_state")):
-            for key, text_id in zip(keys, table[column]):
-                if str(key).endswith("|won=1"):  # the last observation says what was achieved, not where
-                    continue
-                room = str(key).split("|")[0].removeprefix("at=")
-                said = "you are in a deep pit." if room == "pit" else f"you are in the {room}."
-                assert said in table["texts"][text_id], (iteration, key)
-
-
 def big_run(folder: Path, states: int) -> Path:
     """A run folder whose one group visits ``states`` distinct states (40 trajectories, one success)."""
     per = states // 40
