@@ -10,7 +10,7 @@ within ``MAX_MOVES`` moves. Every chat completion the SDK sends is one step of t
 
 Python: ``python examples/agent_openai_sdk.py --steps 2000``
 CLI:    ``milegpo train env.id=examples.agent_openai_sdk:SDKHouseAgentEnv policy.mode=generate
-        policy.prompt_format=chat policy.max_new_tokens=3`` (from the repository's root)
+        policy.prompt_format=chat policy.max_new_tokens=2`` (from the repository's root)
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
 
     env = make_vec_env(SDKHouseAgentEnv, n_tasks=4, group_size=8, seed=0)
-    policy = {"mode": "generate", "prompt_format": "chat", "max_new_tokens": 3 if args.model is None else 64}
+    policy = {"mode": "generate", "prompt_format": "chat", "max_new_tokens": 2 if args.model is None else 64}
     if args.model is not None:
         policy["model"] = args.model
     model = MileGPO("LLMPolicy", env, policy_kwargs=policy, learning_rate=1e-2, seed=0, verbose=1)

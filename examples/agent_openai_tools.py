@@ -1,11 +1,11 @@
 """Train a plain ``openai``-client tool agent with MileGPO: the agent program is the one you would
 write against the OpenAI API, and milegpo trains the model it calls.
 
-The agent walks a 3x3 house to the vault. Each turn it sends the conversation and a ``move`` tool
-to ``client.chat.completions.create``; it runs the model's tool calls, or, when the model answers in
-plain text, reads the answer as the exit it names most closely (a forgiving parser, as agents that
-also accept a plain answer have). It returns 1.0 when it reaches the vault within ``MAX_MOVES``
-moves, else 0.0. Nothing in the program knows about milegpo: :class:`~milegpo.agents.AgentEnv` gives
+The agent walks a 3x3 house to the vault. Each turn it tells the model the room it is in and its
+exits, offers a ``move`` tool through ``client.chat.completions.create``, and runs the model's tool
+calls, or, when the model answers in plain text, reads the answer as the exit it names most closely
+(a forgiving parser, as agents that also accept a plain answer have). It returns 1.0 when it
+reaches the vault within ``MAX_MOVES`` moves, else 0.0. Nothing in the program knows about milegpo: :class:`~milegpo.agents.AgentEnv` gives
 it a client whose every request is one step of the episode, answered by the policy being trained.
 
 With no ``--model`` the offline tiny model learns to walk (a word-level LM built from the house's
@@ -14,7 +14,7 @@ calls the tool itself.
 
 Python: ``python examples/agent_openai_tools.py --steps 2000``
 CLI:    ``milegpo train env.id=examples.agent_openai_tools:HouseAgentEnv policy.mode=generate
-        policy.prompt_format=chat policy.max_new_tokens=3`` (from the repository's root)
+        policy.prompt_format=chat policy.max_new_tokens=2`` (from the repository's root)
 """
 
 from __future__ import annotations
@@ -72,22 +72,19 @@ def nearest_exit(room: str, answer: str) -> str:
 
 
 async def walk(client: openai.AsyncOpenAI, start: str) -> float:
-    """The agent: 1.0 when it reaches the vault from ``start`` within ``MAX_MOVES`` moves."""
+    """The agent: 1.0 when it reaches the vault from ``start`` within ``MAX_MOVES`` moves. Each turn it shows
+    the model where it is (the house is all the state there is: it keeps no transcript) and makes the move."""
     room = start
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
-                                      {"role": "user", "content": describe(room)}]
     for _ in range(MAX_MOVES):
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                          {"role": "user", "content": describe(room)}]
         response = await client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=TOOLS)
         reply = response.choices[0].message
-        messages.append(reply.model_dump(exclude_none=True))
         if reply.tool_calls:
             for call in reply.tool_calls:
-                direction = json.loads(call.function.arguments).get("direction", "")
-                room = move(room, direction)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": describe(room)})
+                room = move(room, json.loads(call.function.arguments).get("direction", ""))
         else:
             room = move(room, nearest_exit(room, reply.content or ""))
-            messages.append({"role": "user", "content": describe(room)})
         if room == GOAL:
             return 1.0
     return 0.0
@@ -111,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
 
     env = make_vec_env(HouseAgentEnv, n_tasks=4, group_size=8, seed=0)
-    policy = {"mode": "generate", "prompt_format": "chat", "max_new_tokens": 3 if args.model is None else 64}
+    policy = {"mode": "generate", "prompt_format": "chat", "max_new_tokens": 2 if args.model is None else 64}
     if args.model is not None:
         policy["model"] = args.model
     model = MileGPO("LLMPolicy", env, policy_kwargs=policy, learning_rate=1e-2, seed=0, verbose=1)

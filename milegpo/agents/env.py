@@ -108,7 +108,7 @@ class AgentEnv(TextEnv):
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._session is not None and self._pending is not None  # TextEnv.step: only within an episode
-        self._session.answer(self._pending, read_reply(action))
+        self._session.answer(read_reply(action))
         self._pending = None
         event = self._next_event()
         if isinstance(event, Pending):
@@ -133,10 +133,13 @@ class AgentEnv(TextEnv):
         return self._key
 
     def info_extras(self) -> dict[str, Any]:
-        """``agent_request``: the pending request's messages and tools, the prompt the policy acts on."""
+        """``agent_request``: the pending request's messages and tools (the prompt the policy acts on) and its
+        session's id (a policy in this process delivers its reply at once: :mod:`milegpo.agents.policy_step`)."""
         if self._pending is None:
             return {}
-        return {AGENT_REQUEST: {"messages": self._pending.messages, "tools": self._pending.tools}}
+        assert self._session is not None
+        return {AGENT_REQUEST: {"messages": self._pending.messages, "tools": self._pending.tools,
+                                "session": self._session.id}}
 
     def close(self) -> None:
         self._end_session()

@@ -1,13 +1,15 @@
 """The policy's side of an agent step: the prompt is the request's own messages, the action its reply.
 
 An :class:`~milegpo.agents.AgentEnv` step carries the program's pending request in
-``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None}``, the messages as the program
-sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages alone
-(:func:`request_prompt`: serve's message conversion and the policy's chat template, as ``milegpo
+``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None, "session": id}``, the messages as
+the program sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages
+alone (:func:`request_prompt`: serve's message conversion and the policy's chat template, as ``milegpo
 serve`` does; not from the task, the observation and a history of its own), samples from those ids,
 and hands the env the reply as :func:`~milegpo.agents.replies.reply_action` writes it
-(:func:`answer_requests`). The trainer keeps the prompt ids and the sampled ids and log-probs of
-every step and scores exactly those: nothing is re-tokenised from text.
+(:func:`answer_requests`; when the env's session lives in this process the reply is delivered at once,
+so the programs of a batch all go on while the vec env steps its envs one by one). The trainer keeps
+the prompt ids and the sampled ids and log-probs of every step and scores exactly those: nothing is
+re-tokenised from text.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def answer_requests(policy: Any, samples: Sequence[Any], infos: Sequence[Mapping
     """Turn the samples of agent steps into replies (``sample.text`` becomes the env's action); the sampled
     ids and log-probs are left as they are."""
     from milegpo.agents.replies import reply_action
+    from milegpo.agents.server import deliver_early
     from milegpo.policies.parsing import action_parser
     from milegpo.policies.sampling import Completion
     from milegpo.serve.replies import make_reply
@@ -57,3 +60,5 @@ def answer_requests(policy: Any, samples: Sequence[Any], infos: Sequence[Mapping
         reply = make_reply(completion, policy.tokenizer, policy.eos_ids, (),
                            parse_tools if request.get("tools") else None)
         sample.text, sample.parsed = reply_action(reply), True
+        if request.get("session") is not None:
+            deliver_early(str(request["session"]), sample.text)

@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from milegpo.agents.replies import read_reply
 from milegpo.agents.session import Session
 from milegpo.serve.errors import APIError
 
@@ -93,3 +94,13 @@ def agent_server() -> AgentServer:
         if _server is None:
             _server = AgentServer()
         return _server
+
+
+def deliver_early(session_id: str, action: str) -> None:
+    """Answer session ``session_id``'s waiting request with ``action`` now, when that session lives in this
+    process (envs in this process, lockstep or evaluation): every program of the batch goes on at once
+    instead of one after the other as the vec env steps its envs; the env's own step then sends nothing
+    again. A session of another process (envs in worker processes) is answered by its env's step."""
+    session = _server.sessions.get(session_id) if _server is not None else None
+    if session is not None:
+        session.answer(read_reply(action))

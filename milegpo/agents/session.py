@@ -77,7 +77,8 @@ class Session:
         self.id, self.base_url, self.loop = session_id, base_url, loop
         self.requests = 0
         self._events: queue.Queue[Event] = queue.Queue()
-        self._pending: Pending | None = None
+        self._pending: Pending | None = None  # the request the server holds open (the loop's side)
+        self.waiting: Pending | None = None  # the request the env holds, not answered yet (the trainer's side)
         self._last: tuple[list[dict[str, Any]], Reply | None] = ([], None)  # the last request and its reply
         self._run: Future[None] | None = None
 
@@ -89,13 +90,19 @@ class Session:
     def next_event(self, timeout: float) -> Event:
         """The program's next request, or its end; :class:`AgentTimedOut` after ``timeout`` seconds of neither."""
         try:
-            return self._events.get(timeout=timeout)
+            event = self._events.get(timeout=timeout)
         except queue.Empty:
             raise AgentTimedOut(f"the agent program neither called the model nor returned within {timeout:g} s "
                                 "(the env's timeout)") from None
+        self.waiting = event if isinstance(event, Pending) else None
+        return event
 
-    def answer(self, pending: Pending, reply: Reply) -> None:
-        """Send the policy's reply to the program's pending request."""
+    def answer(self, reply: Reply) -> None:
+        """Send the policy's reply to the request the env holds (the last :meth:`next_event`); once: a reply the
+        policy delivered early (:func:`~milegpo.agents.server.deliver_early`) is not sent again by the env."""
+        pending, self.waiting = self.waiting, None
+        if pending is None:
+            return
         self._last = (pending.messages, reply)
         self.loop.call_soon_threadsafe(_resolve, pending.reply, reply)
 
