@@ -172,3 +172,38 @@ def test_torch_threads_follow_the_model() -> None:
         assert set_torch_threads(resolve_config(overrides=["policy.model=some/model"])) == 2  # torch's, untouched
     finally:
         torch.set_num_threads(before)
+
+
+SAFE_MODULE = '''
+from milegpo.envs import TextEnv, register_env
+
+
+class Dial(TextEnv):
+    def _reset(self, seed, options):
+        return "dial at 0", {"task": "turn the dial"}
+
+    def _step(self, action):
+        return "dial turned", 0.0, False, {"won": False}
+
+    def admissible_commands(self):
+        return ["turn"]
+
+
+register_env("examples/Dial-v0", Dial, max_episode_steps=12)
+'''
+
+
+def test_a_class_named_by_module_plays_with_the_defaults_its_module_registers(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch,
+                                                                              capsys: pytest.CaptureFixture) -> None:
+    from milegpo.envs import make_env
+
+    (tmp_path / "dial_module.py").write_text(SAFE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert make_env("dial_module:Dial").max_episode_steps == 12  # as the registered id plays, not the class's 50
+    assert make_env("dial_module:Dial", max_episode_steps=5).max_episode_steps == 5  # an explicit value wins
+
+    (tmp_path / "dials_module.py").write_text(SAFE_MODULE + 'register_env("examples/LongDial-v0", Dial, '
+                                                            'max_episode_steps=40)\n')
+    assert make_env("dials_module:Dial").max_episode_steps == 50  # two registrations disagree: the constructor's
+    assert "name one of them" in capsys.readouterr().err

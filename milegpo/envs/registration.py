@@ -110,7 +110,9 @@ def resolve_env_id(env_id: str) -> str:
         module = _import_env_module(module_name, env_id)
         attribute = getattr(module, name, None)
         if name not in gym.registry and isinstance(attribute, type) and issubclass(attribute, TextEnv):
-            register_env(env_id, env_id)  # by name: worker processes import the module themselves
+            # by name: worker processes import the module themselves; with the defaults the module registers the
+            # class with (its max_episode_steps...), when it registers it under one id
+            register_env(env_id, env_id, **_registered_defaults(attribute, env_id))
             return env_id
         if name not in gym.registry:
             what = f"a {type(attribute).__name__}, not a TextEnv class" if attribute is not None else "not defined"
@@ -128,6 +130,22 @@ def resolve_env_id(env_id: str) -> str:
                               f"through a {ENTRY_POINT_GROUP!r} entry point so that `milegpo train env.id=...` "
                               "finds it.")
     return env_id
+
+
+def _registered_defaults(env_class: type[TextEnv], env_id: str) -> dict[str, Any]:
+    """The default arguments ``env_class``'s module registered it with (``register_env(id, cls, **defaults)``):
+    a ``module:ClassName`` id then plays as the registered id does. Registered under several ids with different
+    defaults: none (the constructor's), said in one line naming the ids to choose from."""
+    registered = {other: dict(spec.kwargs) for other, spec in gym.registry.items()
+                  if spec.entry_point is env_class and other != env_id}
+    choices = {repr(sorted(kwargs.items())) for kwargs in registered.values()}
+    if len(choices) > 1:
+        module = env_id.partition(":")[0]
+        print(f"note: {env_id} uses {env_class.__name__}'s constructor defaults: its module registers it as "
+              f"{', '.join(sorted(registered))} with different defaults; name one of them (e.g. "
+              f"{module}:{sorted(registered)[0]}) for its defaults", file=sys.stderr)
+        return {}
+    return next(iter(registered.values()), {})
 
 
 def import_user_module(module: str) -> ModuleType:
