@@ -5,8 +5,9 @@ The agent walks a 3x3 house to the vault. Each turn it tells the model the room 
 exits, offers a ``move`` tool through ``client.chat.completions.create``, and runs the model's tool
 calls, or, when the model answers in plain text, reads the answer as the exit it names most closely
 (a forgiving parser, as agents that also accept a plain answer have). It returns 1.0 when it
-reaches the vault within ``MAX_MOVES`` moves, else 0.0. Nothing in the program knows about milegpo: :class:`~milegpo.agents.AgentEnv` gives
-it a client whose every request is one step of the episode, answered by the policy being trained.
+reaches the vault within ``MAX_MOVES`` moves, else 0.0. Nothing in the program knows about milegpo:
+:class:`~milegpo.agents.AgentEnv` gives it a client whose every request is one step of the episode,
+answered by the policy being trained.
 
 With no ``--model`` the offline tiny model learns to walk (a word-level LM built from the house's
 words, no download, a few minutes on a CPU); ``--model NAME_OR_PATH`` trains a chat model, which
