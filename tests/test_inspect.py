@@ -325,3 +325,14 @@ def test_a_real_run_keeps_the_observation_of_every_state(rollout: list[str], tmp
                 room = str(key).split("|")[0].removeprefix("at=")
                 said = "you are in a deep pit." if room == "pit" else f"you are in the {room}."
                 assert said in table["texts"][text_id], (iteration, key)
+
+
+def test_an_old_run_whose_config_cannot_give_its_credit_settings_is_one_clear_error(tmp_path, capsys):
+    run = write_run(tmp_path / "old", TrainConfig(), {5: hand_batch()}, new_format=False, kept=False)
+    config = json.loads((run / "config.json").read_text())
+    config["algo"]["credit_kwargs"] = {"no_such_setting": 1}  # what another version may have written
+    (run / "config.json").write_text(json.dumps(config))
+    assert main(["inspect", str(run)]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("error: cannot rebuild iteration 5's credit config from the run's config.json (its algo "
+                           "section: MileGPOConfig has no field(s) ['no_such_setting']") and "\n" not in said

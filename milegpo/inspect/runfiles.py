@@ -101,7 +101,11 @@ def credit_config_of(kept: KeptBatch, config: dict[str, Any]) -> tuple[str, Cred
         from milegpo.config import AlgoConfig
         from milegpo.config.fields import from_dict
 
-        return method, from_dict(AlgoConfig, {**algo, "method": method}).credit_config(), CONFIG_FILE
+        try:
+            return method, from_dict(AlgoConfig, {**algo, "method": method}).credit_config(), CONFIG_FILE
+        except ValueError as error:
+            raise ValueError(f"cannot rebuild iteration {kept.iteration}'s credit config from the run's {CONFIG_FILE} "
+                             f"(its algo section: {error})") from None
     return method, make_credit_config(method), "the method's defaults (the run's config was not found)"
 
 
