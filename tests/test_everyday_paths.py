@@ -4,6 +4,7 @@ console and the logs say what happened, evaluation plays held-out tasks."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -207,3 +208,23 @@ def test_a_class_named_by_module_plays_with_the_defaults_its_module_registers(tm
                                                             'max_episode_steps=40)\n')
     assert make_env("dials_module:Dial").max_episode_steps == 50  # two registrations disagree: the constructor's
     assert "name one of them" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_run_of_a_users_env_module_evaluates_resumes_and_exports_from_another_folder(tmp_path: Path) -> None:
+    from console_script import run_milegpo
+
+    home, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    home.mkdir(), elsewhere.mkdir()
+    (home / "dial_env.py").write_text(SAFE_MODULE)
+    run = tmp_path / "runs" / "dial"
+    trained = run_milegpo("train", "env.id=dial_env:Dial", "run.total_timesteps=32", "env.n_tasks=1",
+                          "env.group_size=2", "eval.n_tasks=2", "--run-dir", str(run), "--no-progress-bar", cwd=home)
+    assert trained.returncode == 0, trained.stderr
+    assert json.loads((run / "config.json").read_text())["env"]["module_dir"] == str(home)
+    evaluated = run_milegpo("eval", str(run), "--n-tasks", "2", cwd=elsewhere)
+    assert evaluated.returncode == 0 and "held_out: success" in evaluated.stdout, evaluated.stderr
+    resumed = run_milegpo("train", "--resume", str(run), "run.total_timesteps=64", "--no-progress-bar", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr
+    exported = run_milegpo("export", str(run), str(elsewhere / "out"), cwd=elsewhere)
+    assert exported.returncode == 0, exported.stderr

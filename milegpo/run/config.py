@@ -44,6 +44,9 @@ class EnvConfig:
         per worker.
     :param worker_timeout_s: seconds an env worker may take to answer one reset or step (of all the envs
         it hosts) before it is declared hung, killed and restarted (with ``subprocess``).
+    :param module_dir: the folder a user's env module (``env.id=module:...``) was imported from when it is no
+        installed package; recorded by ``milegpo train`` so that eval, resume, export and serve of the run
+        import it from any directory (null: an installed or built-in env).
     """
 
     id: str = "milegpo/House-v0"
@@ -54,9 +57,11 @@ class EnvConfig:
     subprocess: bool = False
     n_workers: int | None = None
     worker_timeout_s: float = 120.0
+    module_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_type("env.id", self.id, str, "an env id")
+        check_type("env.module_dir", self.module_dir, str, "a folder", optional=True)
         check_type("env.kwargs", self.kwargs, dict, "a mapping")
         check_type("env.train_split", self.train_split, str, "a split name", optional=True)
         check_int("env.n_tasks", self.n_tasks, 1)

@@ -55,6 +55,26 @@ if TYPE_CHECKING:
     from milegpo.run.lock import RunFolderLock
 
 
+def remember_env_module(config: TrainConfig) -> None:
+    """Let a run's env module be imported from the folder it was trained from (``env.module_dir``): eval,
+    resume, export and serve of a run of the user's own env work from any directory."""
+    if config.env.module_dir is not None:
+        from milegpo.envs.registration import remember_module_dir
+
+        remember_module_dir(config.env.module_dir)
+
+
+def with_env_module_dir(config: TrainConfig) -> TrainConfig:
+    """``config`` with ``env.module_dir`` set to the folder the env's module was imported from when it is no
+    installed package (checked setup has imported it)."""
+    from milegpo.envs.registration import env_module_folder
+
+    folder = env_module_folder(config.env.id)
+    if config.env.module_dir is not None or folder is None:
+        return config
+    return config.replace(**{"env.module_dir": folder})
+
+
 def run_base_model(config: TrainConfig, run_dir: str | Path) -> str:
     """The base model of a run folder's checkpoints: ``config.policy.model`` (a hub id, or a local path
     made absolute when the run started), else the folder's own ``base_model/`` wherever the folder is
@@ -125,8 +145,10 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, resume: bool =
 
     if restart and not resume:
         raise ValueError("--restart applies to a resumed run: milegpo train --resume RUN_DIR --restart")
+    remember_env_module(config)
     config = fit_splits_to_env(config, verbose)
     check_setup(config)
+    config = with_env_module_dir(config)
     check_available(config.run.report_to)
     config = with_absolute_model_path(config)
     set_torch_threads(config)
@@ -515,6 +537,7 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, Any]:
         raise FileNotFoundError(f"{str(run_dir)!r} is not a run folder (no {CONFIG_FILE}); pass the folder `milegpo "
                                 f"train` wrote")
     config = TrainConfig.from_file(run_dir / CONFIG_FILE)
+    remember_env_module(config)
     checkpoint = run_dir / FINAL_DIR if (run_dir / FINAL_DIR).exists() else latest_checkpoint(run_dir / CHECKPOINTS_DIR)
     if checkpoint is None:
         raise FileNotFoundError(f"run folder {str(run_dir)!r} has no checkpoint yet ({FINAL_DIR}/ or "
