@@ -523,6 +523,8 @@ def summarize(per_seed: list[dict], state_key: str) -> dict:
     rows = [r["regimes"][state_key] for r in per_seed]
     summary = {}
     for label, _, _ in VARIANTS:
+        if any(label not in r["methods"] for r in rows):  # a variant added since some seeds were scored: summarised
+            continue                                       # once every seed is scored again
         entry = {}
         for metric in METRICS:
             values = np.array([r["methods"][label][metric] for r in rows], dtype=float)
