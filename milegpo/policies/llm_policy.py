@@ -39,12 +39,13 @@ from milegpo.config import PolicyConfig
 from milegpo.config.fields import to_dict, with_overrides
 from milegpo.policies.adapter_files import AdapterFilesMixin
 from milegpo.policies.conversation import single_pass_logprobs
-from milegpo.policies.model import load_lora_model
+from milegpo.policies.model import load_lora_model, merged_forwards
 from milegpo.policies.optim import resolve_optimizer_class
 from milegpo.policies.parsing import action_parser
-from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder, PromptBuilder, TokenCache
+from milegpo.policies.prompt_tokens import CandidateTokens, RenderedChatTemplate
+from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder, PromptBuilder
 from milegpo.policies.sample import ActionSample
-from milegpo.policies.sampling import HFSampler, Sampler
+from milegpo.policies.sampling import HFSampler, Sampler, choose_candidates
 from milegpo.policies.scoring import candidate_scores, score_rows, supports_right_padded_rows
 
 
@@ -95,12 +96,12 @@ class LLMPolicy(AdapterFilesMixin):
         self._build_model()
         kind = "choose" if self.mode == "choose" else ("think" if config.think else "generate")
         instructions = INSTRUCTIONS[kind]
-        self.prompts = PromptBuilder(self.tokenizer, config.prompt_template, instructions, config.history_length,
-                                     config.max_prompt_tokens)
+        self.prompts = PromptBuilder(RenderedChatTemplate(self.tokenizer), config.prompt_template, instructions,
+                                     config.history_length, config.max_prompt_tokens)
         self.chat = ChatPromptBuilder(self.tokenizer, instructions, config.history_length,
                                       config.max_prompt_tokens) if config.prompt_format == "chat" else None
         self.parse = action_parser(config.action_parser, self.tokenizer)
-        self._command_tokens = TokenCache(self.tokenizer)
+        self._command_tokens = CandidateTokens(self.tokenizer)
         self._rng = np.random.default_rng(seed)
         self.sampler = self._make_sampler()
         make_optimizer: Callable[..., th.optim.Optimizer] = self.optimizer_class  # SB3 types it as Optimizer's own
@@ -174,9 +175,7 @@ class LLMPolicy(AdapterFilesMixin):
         return sample.text
 
     def _candidate_ids(self, command: str) -> list[int]:
-        ids = self._command_tokens(command)
-        eos = self.tokenizer.eos_token_id
-        return ids + ([eos] if eos is not None else [])
+        return self._command_tokens(command)  # the command's tokens and the end-of-turn token
 
     def _scores(self, prompts: Sequence[Sequence[int]],
                 candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
@@ -241,7 +240,7 @@ class LLMPolicy(AdapterFilesMixin):
         was_training = self.training
         self.set_training_mode(False)  # sample from the policy without dropout: old_logprobs are exact
         try:
-            with th.no_grad():
+            with th.no_grad(), merged_forwards(self.model):  # the adapter merged in: no peft wrappers
                 if self.mode == "choose":
                     return self._choose(prompts, infos, deterministic, sample_seeds)
                 samples = self._generate(prompts, [str(i.get("action_format", "tags")) for i in infos], deterministic,
@@ -266,23 +265,11 @@ class LLMPolicy(AdapterFilesMixin):
                 )
             commands.append(list(cmds))
         candidates = [[self._candidate_ids(c) for c in cmds] for cmds in commands]
-        samples = []
-        rngs = [np.random.default_rng(seed) for seed in sample_seeds] if sample_seeds is not None else None
-        for k, (prompt, cmds, cands, scores) in enumerate(zip(prompts, commands, candidates,
-                                                             self._scores(prompts, candidates))):
-            log_pi = th.log_softmax(scores.float() / self.temperature, dim=-1).cpu()
-            if deterministic:
-                chosen = int(log_pi.argmax())
-            else:
-                rng = rngs[k] if rngs is not None else self._rng
-                chosen = int(rng.choice(len(cmds), p=_normalised(log_pi.exp().numpy())))
-            samples.append(
-                ActionSample(
-                    text=cmds[chosen], prompt_ids=prompt, action_ids=cands[chosen], candidate_ids=cands, chosen=chosen,
-                    old_logprobs=np.array([log_pi[chosen].item()], dtype=np.float32), parsed=True,
-                )  # fmt: skip
-            )
-        return samples
+        rngs = [np.random.default_rng(seed) for seed in sample_seeds] if sample_seeds is not None else self._rng
+        chosen, logps = choose_candidates(self._scores(prompts, candidates), self.temperature, deterministic, rngs)
+        return [ActionSample(text=cmds[c], prompt_ids=prompt, action_ids=cands[c], candidate_ids=cands, chosen=c,
+                             old_logprobs=logps[k : k + 1].copy(), parsed=True)
+                for k, (prompt, cmds, cands, c) in enumerate(zip(prompts, commands, candidates, chosen))]
 
     def reseed_sampling(self, seed: int) -> None:
         """Restart the action-sampling generator from ``seed`` (the trainer does it before every
@@ -420,8 +407,3 @@ class LLMPolicy(AdapterFilesMixin):
 #: Default scoring chunk sizes (padded tokens per forward pass), see ``max_batch_tokens``.
 CPU_BATCH_TOKENS = 4096
 GPU_BATCH_TOKENS = 16384
-
-
-def _normalised(p: np.ndarray) -> np.ndarray:
-    p = p.astype(np.float64)
-    return p / p.sum()

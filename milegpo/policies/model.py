@@ -1,13 +1,19 @@
-"""Loading a causal LM with a fresh LoRA adapter: device, dtype, target modules, pad and stop tokens."""
+"""Loading a causal LM with a fresh LoRA adapter (device, dtype, target modules, pad and stop tokens), and
+the merged, wrapper-free copy that acting calls instead of it (:func:`merged_forwards`)."""
 
 from __future__ import annotations
 
+import copy
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import torch as th
+from torch import nn
 
 from milegpo.config import LoraConfig
 
@@ -147,3 +153,162 @@ def load_lora_model(name: str, lora: LoraConfig, device: str | th.device, dtype:
     generation_eos = generation_eos if isinstance(generation_eos, list) else [generation_eos]
     eos_ids = sorted({i for i in (tokenizer.eos_token_id, *generation_eos) if i is not None})
     return tokenizer, model, pad_id, eos_ids
+
+
+# ------------------------------------------------------------------------------------------- merged forwards
+#: a module's dicts that a shallow copy must not share with the original (its children, tensors and hooks)
+_MODULE_DICTS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_forward_hooks",
+                 "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+                 "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+
+
+@dataclass
+class _Merged:
+    """A peft model's acting copy, the state of the weights it was built from, and the model's LoRA layers
+    (found again when its adapters change: see :func:`_adapters_key`)."""
+
+    key: tuple
+    model: nn.Module
+    adapters: tuple
+    layers: list[Any] | None
+
+
+#: peft model -> its acting copy (kept beside the model, not in it: a deep copy of the policy, the behaviour
+#: policy of one-step off-policy rollouts, builds its own)
+_MERGED: weakref.WeakKeyDictionary[nn.Module, _Merged] = weakref.WeakKeyDictionary()
+#: (peft model, what to call instead) inside :func:`merged_forwards`, per thread and context
+_ACTING: ContextVar[tuple[nn.Module, nn.Module] | None] = ContextVar("milegpo_acting_model", default=None)
+
+
+def _lora_layers(model: nn.Module) -> list[Any] | None:
+    """The LoRA layers of a peft model, or None when one of them cannot be merged exactly into a plain
+    linear layer (another layer type, DoRA or another LoRA variant, a LoRA bias, adapters merged by peft)."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from transformers.pytorch_utils import Conv1D
+
+    layers = []
+    for module in model.modules():
+        if not isinstance(module, BaseTunerLayer):
+            continue
+        if type(module) is not LoraLinear or module.merged or type(module.get_base_layer()) not in (nn.Linear, Conv1D):
+            return None
+        for adapter in module.active_adapters:
+            if adapter in module.lora_variant or module.lora_bias.get(adapter) or module.use_dora.get(adapter):
+                return None
+        layers.append(module)
+    return layers
+
+
+def _weights_key(layers: list[Any]) -> tuple:
+    """What the merged weights depend on: every LoRA and base weight (which tensor, its in-place version
+    counter, its storage), the scalings, the active adapters and whether adapters are disabled. Any optimizer
+    step, ``load_state_dict``, ``copy_`` or move changes it."""
+    key: list[Any] = []
+    for layer in layers:
+        key.append((layer.disable_adapters, tuple(layer.active_adapters)))
+        weights = [layer.get_base_layer().weight]
+        for adapter in layer.active_adapters:
+            if adapter in layer.lora_A:
+                weights += [layer.lora_A[adapter].weight, layer.lora_B[adapter].weight]
+                key.append(layer.scaling[adapter])
+        key += [(id(w), w._version, w.data_ptr(), w.dtype) for w in weights]
+    return tuple(key)
+
+
+def _shallow_copy(module: nn.Module) -> nn.Module:
+    """A new module object sharing ``module``'s tensors and attributes but not its dicts of children and hooks."""
+    new = copy.copy(module)
+    for name in _MODULE_DICTS:
+        value = module.__dict__.get(name)
+        if value is not None:
+            new.__dict__[name] = copy.copy(value)
+    return new
+
+
+def _merged_linear(layer: Any) -> nn.Module:
+    """The LoRA layer's base layer with the active adapters' delta added to its weight (a new tensor: the
+    base weight is never written), or the base layer itself where no adapter applies."""
+    base = layer.get_base_layer()
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+    if layer.disable_adapters or not adapters:
+        return base
+    with th.no_grad():
+        merged = base.weight.float()
+        for adapter in adapters:
+            merged = merged + layer.get_delta_weight(adapter).float()
+    plain = _shallow_copy(base)
+    plain._parameters["weight"] = nn.Parameter(merged.to(base.weight.dtype), requires_grad=False)
+    return plain
+
+
+def _merged_copy(module: nn.Module, layers: set[int]) -> nn.Module:
+    """``module``'s tree with every LoRA layer (ids in ``layers``) replaced by its merged plain layer; every
+    other module is a shallow copy sharing its parameters and buffers."""
+    if id(module) in layers:
+        return _merged_linear(module)
+    new = _shallow_copy(module)
+    for name, child in module._modules.items():
+        if child is not None:
+            new._modules[name] = _merged_copy(child, layers)
+    return new
+
+
+def acting_model(model: nn.Module) -> nn.Module:
+    """What a no-grad forward of ``model`` (a peft LoRA model in eval mode) may call instead: the base model
+    with each LoRA layer replaced by a plain linear layer whose weight is the base weight plus the adapter's
+    delta (its own tensor: the trainable and base weights are never written), run by
+    :class:`~milegpo.policies.lean_forward.LeanCausalLM` where that reproduces it. Rebuilt whenever a weight
+    changed since (see :func:`_weights_key`). ``model`` itself where nothing applies: not a peft model, in
+    training mode, or an adapter that does not merge into a plain layer.
+
+    The copy costs the memory of the adapted weights once more (the tiny demo model's 20 KB; a LoRA on every
+    projection of a 1.5B model, about 2.6 GB in bfloat16). Its log-probs differ from the unmerged model's by
+    rounding only: ``W x + s B (A x)`` and ``(W + s B A) x`` round differently (about 1e-7 in float32).
+    """
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel) or model.training:
+        return model
+    entry = _MERGED.get(model)
+    adapters = _adapters_key(model)
+    layers = entry.layers if entry is not None and entry.adapters == adapters else _lora_layers(model)
+    if layers is None:
+        _MERGED[model] = _Merged((), model, adapters, None)
+        return model
+    key = _weights_key(layers)
+    if entry is None or entry.key != key or entry.adapters != adapters:
+        from milegpo.policies.lean_forward import LeanCausalLM, lean_supported
+
+        merged = _merged_copy(model.get_base_model(), {id(layer) for layer in layers})
+        entry = _MERGED[model] = _Merged(key, LeanCausalLM(merged) if lean_supported(merged) else merged, adapters,
+                                         layers)
+    return entry.model
+
+
+def _adapters_key(model: Any) -> tuple:
+    """What the set of a peft model's LoRA layers depends on: its adapters, their configs and the active one
+    (adding, deleting or switching an adapter changes it; training only changes weights)."""
+    return (tuple((name, id(config)) for name, config in model.peft_config.items()), str(model.active_adapter))
+
+
+@contextmanager
+def merged_forwards(model: nn.Module) -> Iterator[None]:
+    """Inside the block, the no-grad forwards that go through :func:`forward_model` run ``model``'s merged
+    copy (:func:`acting_model`) instead of ``model``: acting (rollouts, evaluation) pays neither peft's
+    per-layer wrappers nor the adapter's extra matmuls. Forwards with gradients (the update) and code outside
+    the block call ``model`` itself, unmerged. Per thread (a context variable)."""
+    token = _ACTING.set((model, acting_model(model)))
+    try:
+        yield
+    finally:
+        _ACTING.reset(token)
+
+
+def forward_model(model: nn.Module) -> nn.Module:
+    """The module a forward of ``model`` calls: its merged copy inside :func:`merged_forwards` for ``model``
+    while gradients are off, else ``model``."""
+    acting = _ACTING.get()
+    if acting is not None and acting[0] is model and not th.is_grad_enabled():
+        return acting[1]
+    return model

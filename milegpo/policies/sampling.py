@@ -23,6 +23,7 @@ import numpy as np
 import torch as th
 from transformers import PreTrainedTokenizerBase
 
+from milegpo.policies.model import forward_model
 from milegpo.policies.scoring import cache_argument, output_cache, pad_rows
 
 #: The text that ends a reply in generate mode.
@@ -88,7 +89,6 @@ class HFSampler(Sampler):
         vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         #: tokens whose text contains ">": only after one of them can a reply end with "</action>"
         self.gt_ids = frozenset(i for i, t in enumerate(vocab) if t is not None and ">" in t)
-        self._cache_arg = cache_argument(model)
 
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float, max_new_tokens: int,
                  deterministic: bool, seeds: Sequence[int]) -> list[Completion]:
@@ -96,11 +96,13 @@ class HFSampler(Sampler):
         own stream (a generator seeded by the row's seed) by :func:`inverse_cdf_sample`: a reply depends
         on its own prompt and seed, not on the other rows of the call (up to the float noise that
         batching adds to the logits)."""
-        device = next(self.model.parameters()).device
+        model = forward_model(self.model)  # the merged copy when acting (milegpo.policies.model.merged_forwards)
+        cache_arg = cache_argument(model)
+        device = next(model.parameters()).device
         n = len(prompts)
         ids, mask = pad_rows(prompts, self.pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         cache, next_pos = output_cache(out), positions[:, -1:] + 1
         streams = None if deterministic else np.stack([np.random.default_rng(int(s)).random(max_new_tokens)
                                                        for s in seeds])
@@ -134,11 +136,45 @@ class HFSampler(Sampler):
                 mask, next_pos, token = mask[index], next_pos[index], token[index]
                 running = [running[b] for b in keep]
             mask = th.cat([mask, th.ones((len(running), 1), dtype=mask.dtype, device=device)], dim=-1)
-            out = self.model(input_ids=token.unsqueeze(-1), attention_mask=mask, position_ids=next_pos,
-                             use_cache=True, **{self._cache_arg: cache})
+            out = model(input_ids=token.unsqueeze(-1), attention_mask=mask, position_ids=next_pos, use_cache=True,
+                        **{cache_arg: cache})
             cache, next_pos = output_cache(out), next_pos + 1
         return [Completion(t, np.asarray(lp, dtype=np.float32)) for t, lp in zip(tokens, logps)]
 
     def _stopped(self, reply: list[int]) -> bool:
         """The reply now contains ``</action>`` (the tag may span several tokens)."""
         return STOP_TEXT in self.tokenizer.decode(reply[-16:])
+
+
+def choose_candidates(scores: Sequence[th.Tensor], temperature: float, deterministic: bool,
+                      rngs: Sequence[np.random.Generator] | np.random.Generator) -> tuple[list[int], np.ndarray]:
+    """Choose mode's draw for a batch of rows: row ``k``'s candidate scores ``scores[k]`` give
+    ``log pi = log_softmax(scores / temperature)``; the chosen index is its argmax (``deterministic``) or is
+    drawn as ``Generator.choice(n, p=pi)`` draws it (the row's CDF in float64, cut at one ``random()`` of
+    its generator: ``rngs[k]``, or the one shared generator, row after row). Returns the chosen indices
+    and their log-probs (float32).
+
+    One padded softmax for all rows and one vectorised CDF search instead of a softmax, a host copy and
+    a ``choice`` per row; the draws follow the generators exactly as the per-row ``choice`` calls did, so
+    the same scores give the same actions, up to float rounding between a padded row's softmax and the
+    row's own (a last-bit difference that moves a draw only when its uniform falls within it of a CDF step).
+    """
+    counts = np.fromiter(map(len, scores), dtype=np.int64, count=len(scores))
+    width = int(counts.max(initial=0))
+    present = np.arange(width)[None, :] < counts[:, None]
+    flat = th.cat([s.detach().reshape(-1) for s in scores]).float().cpu()
+    padded = th.full((len(scores), width), float("-inf"))
+    padded[th.from_numpy(present)] = flat
+    log_pi = th.log_softmax(padded / temperature, dim=-1)
+    if deterministic:
+        chosen = log_pi.argmax(-1).numpy()
+    else:
+        shared = isinstance(rngs, np.random.Generator)
+        uniforms = rngs.random(len(scores)) if shared else np.array([rng.random() for rng in rngs])
+        p = np.where(present, log_pi.exp().numpy().astype(np.float64), 0.0)
+        p /= p.sum(axis=1, keepdims=True)
+        cdf = np.cumsum(p, axis=1)
+        cdf /= cdf[np.arange(len(scores)), counts - 1][:, None]
+        chosen = np.minimum((cdf <= uniforms[:, None]).sum(axis=1), counts - 1)
+    logp = log_pi[th.arange(len(scores)), th.from_numpy(np.asarray(chosen))].numpy().astype(np.float32)
+    return [int(c) for c in chosen], logp

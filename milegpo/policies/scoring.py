@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,10 +20,14 @@ import torch as th
 from peft import PeftModel
 from transformers import PreTrainedModel
 
+from milegpo.policies.lean_forward import LeanCausalLM
+from milegpo.policies.model import forward_model
+
 
 def _unwrapped(model: th.nn.Module) -> PreTrainedModel:
-    """The transformers model under a peft wrapper (or ``model`` itself)."""
+    """The transformers model under a peft wrapper or a lean forward (or ``model`` itself)."""
     base = model.get_base_model() if isinstance(model, PeftModel) else model
+    base = base.hf if isinstance(base, LeanCausalLM) else base
     assert isinstance(base, PreTrainedModel)
     return base
 
@@ -33,6 +38,8 @@ _CACHE_KEYWORDS: dict[type, str] = {}
 
 def cache_argument(model: th.nn.Module) -> str:
     """The forward keyword of the KV cache (``cache`` since transformers 5.2x, ``past_key_values`` before)."""
+    if isinstance(model, LeanCausalLM):
+        return "past_key_values"
     base = _unwrapped(model)
     if type(base) not in _CACHE_KEYWORDS:
         _CACHE_KEYWORDS[type(base)] = "cache" if "cache" in inspect.signature(base.forward).parameters \
@@ -243,50 +250,105 @@ def packed_candidate_logprobs(
     flat = _flat_candidates(prompts, candidates)
     device = next(model.parameters()).device
     n = len(prompts)
+    layout = _PackedLayout(prompts, candidates, flat)
     # prompts right-padded and no mask: causal attention never reaches the padding after a prompt, and
     # attention without a mask takes the fast causal kernel (~1.8x faster on CPU at 32 x 600 tokens)
     ids, mask = pad_rows(prompts, pad_id)
-    last, column = th.unique(th.tensor([len(p) - 1 for p in prompts]), return_inverse=True)
-    out = model(input_ids=ids.to(device), use_cache=True, logits_to_keep=last.to(device))
-    first_logits = out.logits[th.arange(n, device=device), column.to(device)].unsqueeze(1)
-    tails = [[t for c in cands for t in c] for cands in candidates]
-    tail_ids, _ = pad_rows(tails, pad_id, device=device)
-    width = tail_ids.shape[1]
-    segment = th.zeros((n, width), dtype=th.long)  # 0 padding, k >= 1 the row's k-th candidate
-    positions = th.zeros((n, width), dtype=th.long)
-    row_of: list[int] = []  # per candidate token: row, tail column, logit column
-    slot_of: list[int] = []
-    predictor: list[int] = []
-    for i, cands in enumerate(candidates):
-        start = 0
-        for k, cand in enumerate(cands, start=1):
-            segment[i, start : start + len(cand)] = k
-            positions[i, start : start + len(cand)] = len(prompts[i]) + th.arange(len(cand))
-            # logit columns: 0 = the prompt's last token (predicts every first candidate token),
-            # 1 + j = tail token j (predicts the next token of its candidate)
-            predictor += [0, *range(start + 1, start + len(cand))]
-            slot_of += range(start, start + len(cand))
-            row_of += [i] * len(cand)
-            start += len(cand)
-    same = (segment.unsqueeze(2) == segment.unsqueeze(1)) & (segment.unsqueeze(1) > 0)
-    tail_allowed = same & th.ones(width, width, dtype=th.bool).tril()
-    tail_allowed |= th.eye(width, dtype=th.bool)  # padding sees itself (no empty softmax); its outputs are unused
-    prompt_allowed = mask.bool().unsqueeze(1).expand(n, width, mask.shape[1])
-    allowed = th.cat([prompt_allowed, tail_allowed], dim=-1).unsqueeze(1).to(device)
+    allowed = layout.attention_mask(mask.bool()).to(device)
     if _unwrapped(model).config._attn_implementation == "eager":
         dtype = next(model.parameters()).dtype
         allowed = th.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, th.finfo(dtype).min)
-    out2 = model(input_ids=tail_ids, attention_mask=allowed, position_ids=positions.to(device), use_cache=True,
-                 **{cache_argument(model): output_cache(out)})  # fmt: skip
-    logits = th.cat([first_logits, out2.logits], dim=1)
-    rows = th.tensor(row_of, device=device)
-    picked = logits[rows, th.tensor(predictor, device=device)].float()
-    targets = tail_ids[rows, th.tensor(slot_of, device=device)]
-    token_logp = picked.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - picked.logsumexp(-1)
-    lengths = th.tensor([len(c) for c in flat])
-    cand_mask = (th.arange(int(lengths.max())).unsqueeze(0) < lengths.unsqueeze(1)).to(device)
+    tail_ids, positions = layout.tail_ids(pad_id).to(device), layout.positions().to(device)
+    targets = th.from_numpy(layout.tokens).to(device)
+    rows, first = th.from_numpy(layout.token_row).to(device), th.from_numpy(layout.token_index == 0).to(device)
+    if supports_right_padded_rows(model):
+        # the head only where a candidate token is predicted: each prompt's last position and the tail
+        # positions followed by a token of the same candidate (not the padding, not a candidate's last token)
+        hidden, cache = _decoder_states(model, ids.to(device), None, None, None)
+        last = hidden[th.arange(n, device=device), th.from_numpy(layout.prompt_lengths - 1).to(device)]
+        hidden2, _ = _decoder_states(model, tail_ids, allowed, positions, cache)
+        head = _unwrapped(model).get_output_embeddings()
+        prompt_logits = head(last).float()
+        rest = ~first
+        rest_logits = head(hidden2[rows[rest], th.from_numpy(layout.token_slot - 1).to(device)[rest]]).float()
+        token_logp = th.empty(len(layout.tokens), dtype=prompt_logits.dtype, device=device)
+        prompt_logz = prompt_logits.logsumexp(-1)
+        token_logp[first] = prompt_logits[rows[first], targets[first]] - prompt_logz[rows[first]]
+        token_logp[rest] = rest_logits.gather(-1, targets[rest].unsqueeze(-1)).squeeze(-1) - rest_logits.logsumexp(-1)
+    else:
+        last_columns, column = th.unique(th.from_numpy(layout.prompt_lengths - 1), return_inverse=True)
+        out = model(input_ids=ids.to(device), use_cache=True, logits_to_keep=last_columns.to(device))
+        first_logits = out.logits[th.arange(n, device=device), column.to(device)].unsqueeze(1)
+        out2 = model(input_ids=tail_ids, attention_mask=allowed, position_ids=positions, use_cache=True,
+                     **{cache_argument(model): output_cache(out)})  # fmt: skip
+        logits = th.cat([first_logits, out2.logits], dim=1)
+        # logit columns: 0 = the prompt's last token (predicts every first candidate token), 1 + j = tail token j
+        predictor = th.from_numpy(np.where(layout.token_index == 0, 0, layout.token_slot)).to(device)
+        picked = logits[rows, predictor].float()
+        token_logp = picked.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - picked.logsumexp(-1)
+    cand_mask = th.from_numpy(np.arange(int(layout.lengths.max()))[None, :] < layout.lengths[:, None]).to(device)
     logp = th.zeros(cand_mask.shape, dtype=token_logp.dtype, device=device).masked_scatter(cand_mask, token_logp)
     return logp, cand_mask
+
+
+def _decoder_states(model: th.nn.Module, ids: th.Tensor, attention_mask: th.Tensor | None,
+                    position_ids: th.Tensor | None, cache: Any) -> tuple[th.Tensor, Any]:
+    """The final hidden states of ``ids`` and the KV cache (extended in place when given) from ``model``'s
+    decoder, without its LM head (a model of :func:`supports_right_padded_rows`)."""
+    if isinstance(model, LeanCausalLM):
+        return model.hidden_states(ids, attention_mask, position_ids, cache, use_cache=True)
+    extra = {cache_argument(model): cache} if cache is not None else {}
+    out = _unwrapped(model).get_decoder()(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                                          use_cache=True, **extra)
+    return out.last_hidden_state, output_cache(out)
+
+
+class _PackedLayout:
+    """Where each candidate token of :func:`packed_candidate_logprobs` goes, as flat arrays (one entry per
+    candidate token, candidates in order): its row, its index in its candidate, its column in the row's tail."""
+
+    def __init__(self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]],
+                 flat: list) -> None:
+        n = len(prompts)
+        per_row = np.fromiter(map(len, candidates), dtype=np.int64, count=n)
+        self.lengths = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+        self.prompt_lengths = np.fromiter(map(len, prompts), dtype=np.int64, count=n)
+        total = int(self.lengths.sum())
+        self.tokens = np.fromiter(itertools.chain.from_iterable(flat), dtype=np.int64, count=total)
+        cand_start = np.cumsum(self.lengths) - self.lengths  # each candidate's first token in ``tokens``
+        cand_row = np.repeat(np.arange(n), per_row)
+        row_start = cand_start[np.cumsum(per_row) - per_row]  # each row's first token in ``tokens``
+        self.token_cand = np.repeat(np.arange(len(flat)), self.lengths)
+        self.token_row = cand_row[self.token_cand]
+        self.token_index = np.arange(total) - cand_start[self.token_cand]
+        self.token_slot = np.arange(total) - row_start[self.token_row]
+        self.width = int(np.bincount(self.token_row, minlength=n).max())
+
+    def tail_ids(self, pad_id: int) -> th.Tensor:
+        """``[n, width]``: each row's candidates one after another, then padding."""
+        ids = np.full((len(self.prompt_lengths), self.width), int(pad_id), dtype=np.int64)
+        ids[self.token_row, self.token_slot] = self.tokens
+        return th.from_numpy(ids)
+
+    def positions(self) -> th.Tensor:
+        """``[n, width]``: each candidate's positions start where its prompt ends (0 at the padding)."""
+        positions = np.zeros((len(self.prompt_lengths), self.width), dtype=np.int64)
+        positions[self.token_row, self.token_slot] = self.prompt_lengths[self.token_row] + self.token_index
+        return th.from_numpy(positions)
+
+    def attention_mask(self, prompt_mask: th.Tensor) -> th.Tensor:
+        """``[n, 1, width, prompt + width]`` bool: a candidate token sees its prompt (``prompt_mask``, the
+        prompt's real tokens) and the earlier tokens of its own candidate; padding sees itself (no empty
+        softmax; its outputs are unused)."""
+        n, width = len(self.prompt_lengths), self.width
+        segment = np.zeros((n, width), dtype=np.int64)  # 0 padding, c + 1 the tokens of flat candidate c
+        segment[self.token_row, self.token_slot] = self.token_cand + 1
+        seg = th.from_numpy(segment)
+        tail = (seg.unsqueeze(2) == seg.unsqueeze(1)) & (seg.unsqueeze(1) > 0)
+        tail &= th.ones(width, width, dtype=th.bool).tril()
+        tail |= th.eye(width, dtype=th.bool)
+        prompt = prompt_mask.unsqueeze(1).expand(n, width, prompt_mask.shape[1])
+        return th.cat([prompt, tail], dim=-1).unsqueeze(1)
 
 
 def score_rows(model: th.nn.Module, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
@@ -297,6 +359,7 @@ def score_rows(model: th.nn.Module, prompts: Sequence[Sequence[int]], completion
     right-padded (:func:`right_padded_logprobs`) where the model allows, else left-padded
     prompts and right-padded completions (:func:`completion_logprobs`); ``right_padded``
     forces one or the other (``True`` only where :func:`supports_right_padded_rows`)."""
+    model = forward_model(model)  # the merged copy when acting (milegpo.policies.model.merged_forwards)
     if right_padded is None:
         right_padded = supports_right_padded_rows(model)
     score = right_padded_logprobs if right_padded else completion_logprobs
@@ -325,6 +388,13 @@ def score_rows(model: th.nn.Module, prompts: Sequence[Sequence[int]], completion
     return logps, ents
 
 
+#: an acting copy (:func:`milegpo.policies.model.acting_model`) -> the candidate scores it computed, by
+#: (prompt, candidates, candidate_score); a copy is rebuilt whenever a weight changes, so its scores stay valid
+_ACTING_SCORES: weakref.WeakKeyDictionary[th.nn.Module, dict[tuple, th.Tensor]] = weakref.WeakKeyDictionary()
+#: the most scores kept per acting copy (the oldest half is dropped when it is full)
+ACTING_SCORES_MAX = 200_000
+
+
 def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
                      candidates: Sequence[Sequence[Sequence[int]]], pad_id: int, batch_tokens: int,
                      candidate_score: str = "sum") -> list[th.Tensor]:
@@ -338,12 +408,27 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
     attention) or one row per candidate on a repeated cache (:func:`candidate_logprobs`,
     any other attention), prompts grouped in length order into chunks of about
     ``batch_tokens`` (rows x padded width of prompt and candidates).
+
+    When acting (inside :func:`~milegpo.policies.model.merged_forwards`, no gradients) the scores are
+    also kept from one call to the next for as long as the weights do not change: a state met again
+    (the copies of a task, an episode going back and forth, the next evaluation's same tasks) is not
+    scored again. A kept score is the one computed the first time, in another batch: it may differ from
+    a fresh one by the float rounding batching adds (about 1e-7), as scores of one prompt in two batches do.
     """
+    acting = forward_model(model)  # the merged copy when acting (milegpo.policies.model.merged_forwards)
+    kept = _ACTING_SCORES.setdefault(acting, {}) if acting is not model else None
+    model = acting
     first: dict[tuple, int] = {}
     source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i)
               for i, (p, c) in enumerate(zip(prompts, candidates))]
-    order = sorted(first.values(), key=lambda i: len(prompts[i]))
     scores: list[th.Tensor] = [th.empty(0)] * len(prompts)
+    if kept is not None:
+        for key, i in list(first.items()):
+            found = kept.get((*key, candidate_score))
+            if found is not None:
+                scores[i] = found
+                del first[key]
+    order = sorted(first.values(), key=lambda i: len(prompts[i]))
     packed = supports_packed_candidates(model)
     score = packed_candidate_logprobs if packed else candidate_logprobs
     start = 0
@@ -363,4 +448,10 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
         for i, sc in zip(chunk, row_scores.split([len(candidates[i]) for i in chunk])):
             scores[i] = sc
         start = end
+    if kept is not None:
+        if len(kept) + len(first) > ACTING_SCORES_MAX:
+            for key in list(kept)[: len(kept) // 2]:
+                del kept[key]
+        for key, i in first.items():
+            kept[(*key, candidate_score)] = scores[i]
     return [scores[i] for i in source]

@@ -1,0 +1,322 @@
+"""Process CPU of the CPU demo, phase by phase, against the code before the per-call work (interleaved).
+
+Each round runs ``milegpo train`` (the ``cpu-demo`` preset, its seeds, one torch thread) once with
+the checkout before this work (``--base``, a folder holding that commit's files, put first on
+``PYTHONPATH``; nothing installed) and once with this checkout, in fresh processes, alternating.
+Timers (process CPU, ``time.process_time``) wrap the library's own functions, the same names in
+both versions, nothing replaced:
+
+* ``rollout``: :func:`milegpo.algos.iteration.collect` (policy calls, env steps, the buffer);
+* ``credit``: :func:`milegpo.algos.iteration.assign_credit`;
+* ``update``: ``GroupRLAlgorithm.train``;
+* ``eval``: :func:`milegpo.algos.evaluation._run_episodes` (in training and the final one);
+* ``model``: the language model's calls (the outermost call of a ``PeftModel`` or a transformers
+  model, whichever a version calls), split by phase: "outside the model" is the phase minus it;
+* ``total``: the whole process, imports and plots included; ``train``: inside ``train()``.
+
+Then, in the same processes' order, the tiny model's fixed cost per call: a forward of one row of 8
+tokens through what acting calls (the peft model before; the merged, wrapper-free copy now), the
+median of repeated timings; and the held-out results of each demo run.
+
+    python benchmarks/cpu_per_iteration.py --base /tmp/base [--rounds 2] [--steps 24000]
+
+Results: ``benchmarks/results/cpu_per_iteration.{json,md}`` (with the load average beside every run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PHASES = ("rollout", "credit", "update", "eval")
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+# ----------------------------------------------------------------------------------------------- child
+class PhaseClock:
+    """Process-CPU timers around named functions; the model's calls are counted inside the phase running."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys((*PHASES, "model"), 0.0)
+        self.model_in = dict.fromkeys(PHASES, 0.0)
+        self.calls = dict.fromkeys(PHASES, 0)
+        self.phase: str | None = None
+        self.model_depth = 0
+
+    def wrap_phase(self, owner: Any, name: str, phase: str) -> None:
+        """Time ``owner.name`` as ``phase``; a phase called inside another (an evaluation at the end of an
+        update) counts for itself only, not for the outer one."""
+        original = getattr(owner, name)
+        clock = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            outer, clock.phase = clock.phase, phase
+            start = time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent = time.process_time() - start
+                clock.seconds[phase] += spent
+                if outer is not None:
+                    clock.seconds[outer] -= spent
+                clock.phase = outer
+
+        setattr(owner, name, timed)
+
+    def model_call(self, original: Any, module: Any, *args: Any, **kwargs: Any) -> Any:
+        """``original(module, ...)`` timed as a model call (only the outermost of nested ones counts)."""
+        if self.model_depth:
+            return original(module, *args, **kwargs)
+        self.model_depth += 1
+        start = time.process_time()
+        try:
+            return original(module, *args, **kwargs)
+        finally:
+            self.model_depth -= 1
+            spent = time.process_time() - start
+            self.seconds["model"] += spent
+            if self.phase is not None:
+                self.model_in[self.phase] += spent
+                self.calls[self.phase] += 1
+
+    def wrap_model(self, cls: type) -> None:
+        """Count calls of ``cls`` instances as the model."""
+        original = cls.__call__
+        clock = self
+
+        def timed(module: Any, *args: Any, **kwargs: Any) -> Any:
+            return clock.model_call(original, module, *args, **kwargs)
+
+        cls.__call__ = timed  # type: ignore[method-assign]
+
+    def wrap_method(self, cls: type, name: str) -> None:
+        """Count ``cls.name`` as the model too (a decoder-only call that bypasses ``__call__``)."""
+        original = getattr(cls, name)
+        clock = self
+
+        def timed(module: Any, *args: Any, **kwargs: Any) -> Any:
+            return clock.model_call(original, module, *args, **kwargs)
+
+        setattr(cls, name, timed)
+
+
+def child_demo(steps: int, run_dir: str) -> dict[str, Any]:
+    """One demo run with the phase timers; what it measured."""
+    started = time.process_time()
+    check_source()
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+
+    from milegpo import cli
+    from milegpo.algos import base, evaluation, iteration
+
+    clock = PhaseClock()
+    clock.wrap_phase(iteration, "collect", "rollout")
+    clock.wrap_phase(iteration, "assign_credit", "credit")
+    clock.wrap_phase(base.GroupRLAlgorithm, "train", "update")
+    clock.wrap_phase(evaluation, "_run_episodes", "eval")
+    clock.wrap_model(PeftModel)
+    clock.wrap_model(PreTrainedModel)
+    try:  # the lean forward of the merged copy, where this version has one
+        from milegpo.policies.lean_forward import LeanCausalLM
+    except ImportError:
+        pass
+    else:
+        clock.wrap_model(LeanCausalLM)
+        clock.wrap_method(LeanCausalLM, "hidden_states")
+    steps_in = {"rollout": 0, "eval": 0}
+    from milegpo.envs.vec_env import GroupedTextVecEnv
+
+    step_wait = GroupedTextVecEnv.step_wait
+
+    def counted(env: Any) -> Any:
+        active = int(env._active.sum())
+        if clock.phase in steps_in:
+            steps_in[clock.phase] += active
+        return step_wait(env)
+
+    GroupedTextVecEnv.step_wait = counted  # type: ignore[method-assign]
+    before_train = time.process_time()
+    rc = cli.main(["train", "--run-dir", run_dir, f"run.total_timesteps={steps}"])
+    train_cpu = time.process_time() - before_train
+    final = json.loads((Path(run_dir) / "eval_final.json").read_text())
+    curve = [json.loads(line) for line in (Path(run_dir) / "eval.jsonl").read_text().splitlines() if line.strip()]
+    progress = (Path(run_dir) / "progress.csv").read_text().splitlines()
+    return {
+        "rc": rc, "total_cpu_s": time.process_time() - started, "train_cpu_s": train_cpu,
+        "phases_cpu_s": {k: round(v, 3) for k, v in clock.seconds.items()},
+        "model_cpu_s_in": {k: round(v, 3) for k, v in clock.model_in.items()},
+        "model_calls_in": clock.calls, "env_steps_in": steps_in,
+        "iterations": len(progress) - 1,
+        "final": {split: {k: v for k, v in result.items() if k in ("success_rate", "mean_return", "mean_length")}
+                  for split, result in final.items() if isinstance(result, dict)},
+        "curve": curve,
+    }
+
+
+def check_source() -> None:
+    """Stop unless milegpo is imported from the folder this child was started for (a missing ``--base`` folder
+    would otherwise fall back to the installed checkout and time it twice)."""
+    import milegpo
+
+    expected = Path(os.environ["CPU_PER_ITERATION_SOURCE"]).resolve()
+    if not Path(milegpo.__file__).resolve().is_relative_to(expected):
+        raise SystemExit(f"milegpo was imported from {milegpo.__file__}, not from {expected}")
+
+
+def child_calls(repeats: int) -> dict[str, Any]:
+    """The tiny model's fixed cost of one call: a no-grad forward of one row of 8 tokens, as acting makes it."""
+    check_source()
+    import torch as th
+
+    th.set_num_threads(1)
+    from milegpo.config import TinyModelConfig
+    from milegpo.envs import env_vocabulary
+    from milegpo.policies import LLMPolicy
+    from milegpo.policies.tiny import cached_env_tiny_model
+
+    path = cached_env_tiny_model(env_vocabulary("milegpo/House-v0", {}, seed=0), TinyModelConfig(), seed=0)
+    from milegpo.envs.core import TextSpace
+
+    policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-3, model=path, mode="choose", device="cpu")
+    policy.set_training_mode(False)
+    ids = th.arange(4, 12).unsqueeze(0)
+    from milegpo.policies import model as model_module
+
+    acting = getattr(model_module, "acting_model", None)  # absent before the merged forwards
+    with th.no_grad():
+        model = acting(policy.model) if acting is not None else policy.model
+        times = []
+        for _ in range(repeats):
+            start = time.process_time()
+            for _ in range(50):
+                model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            times.append((time.process_time() - start) / 50)
+    return {"model": type(model).__name__, "per_call_ms": round(1e3 * statistics.median(times), 4),
+            "per_call_ms_min": round(1e3 * min(times), 4)}
+
+
+# ---------------------------------------------------------------------------------------------- parent
+def run_child(version: str, base: Path, what: list[str]) -> dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env["PYTHONPATH"] = env["CPU_PER_ITERATION_SOURCE"] = str(base) if version == "base" else str(ROOT)
+    load = _load()
+    wall = time.perf_counter()
+    out = subprocess.run([sys.executable, __file__, "--child", *what], env=env, capture_output=True, text=True,
+                         cwd=tempfile.gettempdir(), check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{version} child failed (rc {out.returncode}):\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"version": version, "load_start": load, "load_end": _load(),
+            "wall_s": round(time.perf_counter() - wall, 1), **result}
+
+
+def summary(runs: list[dict[str, Any]], version: str) -> dict[str, float]:
+    demos = [r for r in runs if r["version"] == version and "phases_cpu_s" in r]
+
+    def med(f: Any) -> float:
+        return round(statistics.median(f(r) for r in demos), 3)
+
+    out = {"total_cpu_s": med(lambda r: r["total_cpu_s"]), "train_cpu_s": med(lambda r: r["train_cpu_s"])}
+    for phase in PHASES:
+        out[f"{phase}_cpu_s"] = med(lambda r, p=phase: r["phases_cpu_s"][p])
+    out["eval_share"] = round(out["eval_cpu_s"] / out["total_cpu_s"], 3)
+    out["rollout_outside_model_share"] = med(
+        lambda r: 1 - r["model_cpu_s_in"]["rollout"] / r["phases_cpu_s"]["rollout"])
+    out["rollout_cpu_s_per_iteration"] = med(lambda r: r["phases_cpu_s"]["rollout"] / max(r["iterations"], 1))
+    out["eval_cpu_ms_per_step"] = med(lambda r: 1e3 * r["phases_cpu_s"]["eval"] / max(r["env_steps_in"]["eval"], 1))
+    out["rollout_cpu_ms_per_step"] = med(
+        lambda r: 1e3 * r["phases_cpu_s"]["rollout"] / max(r["env_steps_in"]["rollout"], 1))
+    calls = [r["per_call_ms"] for r in runs if r["version"] == version and "per_call_ms" in r]
+    if calls:
+        out["per_call_ms"] = statistics.median(calls)
+    return out
+
+
+def markdown(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    base, head = summary(runs, "base"), summary(runs, "head")
+    rows = [
+        ("demo, whole process (s CPU)", "total_cpu_s", "{:.1f}"), ("inside train() (s CPU)", "train_cpu_s", "{:.1f}"),
+        ("rollout (s CPU)", "rollout_cpu_s", "{:.1f}"), ("credit (s CPU)", "credit_cpu_s", "{:.2f}"),
+        ("update (s CPU)", "update_cpu_s", "{:.1f}"), ("evaluation (s CPU)", "eval_cpu_s", "{:.1f}"),
+        ("evaluation's share of the demo", "eval_share", "{:.0%}"),
+        ("rollout per iteration (s CPU)", "rollout_cpu_s_per_iteration", "{:.3f}"),
+        ("rollout outside the model (share)", "rollout_outside_model_share", "{:.0%}"),
+        ("rollout per env step (ms CPU)", "rollout_cpu_ms_per_step", "{:.3f}"),
+        ("evaluation per env step (ms CPU)", "eval_cpu_ms_per_step", "{:.3f}"),
+        ("tiny model, fixed cost per call (ms CPU)", "per_call_ms", "{:.3f}"),
+    ]
+    lines = [f"### {meta['title']}", "", meta["setting"], "",
+             f"| | before ({meta['base_commit']}) | now | now / before |", "|---|---|---|---|"]
+    for label, key, fmt in rows:
+        if key in base and key in head:
+            ratio = f"{head[key] / base[key]:.2f}" if base[key] else ""
+            lines.append(f"| {label} | {fmt.format(base[key])} | {fmt.format(head[key])} | {ratio} |")
+    lines += ["", "| run | version | load (start → end) | s CPU | eval_id | eval_ood |", "|---|---|---|---|---|---|"]
+    for k, r in enumerate(x for x in runs if "phases_cpu_s" in x):
+        ev = r["final"]
+        lines.append(f"| {k} | {r['version']} | {r['load_start']} → {r['load_end']} | {r['total_cpu_s']:.1f} | "
+                     f"{ev.get('eval_id', {}).get('success_rate', float('nan')):.2f} | "
+                     f"{ev.get('eval_ood', {}).get('success_rate', float('nan')):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default="/tmp/cpuiter_base",
+                        help="a folder with the files of the commit before the work (git worktree add, or git archive)")
+    parser.add_argument("--base-commit", default="59b6bfe")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=24000, help="run.total_timesteps (the demo's: 24000)")
+    parser.add_argument("--call-repeats", type=int, default=40)
+    parser.add_argument("--out", default=str(RESULTS / "cpu_per_iteration"))
+    parser.add_argument("--title", default="The CPU demo, before and after")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        if args.child[0] == "demo":
+            with tempfile.TemporaryDirectory() as tmp:
+                result = child_demo(int(args.child[1]), str(Path(tmp) / "run"))
+        else:
+            result = child_calls(int(args.child[1]))
+        print(json.dumps(result))
+        return
+    base = Path(args.base).resolve()
+    if not (base / "milegpo" / "__init__.py").is_file():
+        raise SystemExit(f"--base {base} holds no milegpo package: check out the commit before the work there "
+                         f"(git worktree add {base} {args.base_commit})")
+    meta = {"title": args.title, "base_commit": args.base_commit, "machine": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "steps": args.steps, "rounds": args.rounds,
+            "setting": f"`milegpo train` (cpu-demo preset, run.total_timesteps={args.steps}), one torch thread, "
+                       f"process CPU, {args.rounds} interleaved round(s) of before / now (medians), "
+                       f"{os.cpu_count()} shared cores"}
+    runs: list[dict[str, Any]] = []
+    out = Path(args.out)
+    for round_ in range(args.rounds):
+        for version in ("base", "head") if round_ % 2 == 0 else ("head", "base"):
+            runs.append(run_child(version, base, ["calls", str(args.call_repeats)]))
+            runs.append(run_child(version, base, ["demo", str(args.steps)]))
+            print(json.dumps({k: v for k, v in runs[-1].items() if k != "curve"}), flush=True)
+            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs,
+                                                            "summary": {v: summary(runs, v) for v in
+                                                                        {r["version"] for r in runs}}}, indent=1))
+    out.with_suffix(".md").write_text(markdown(runs, meta))
+    print(markdown(runs, meta))
+
+
+if __name__ == "__main__":
+    main()
