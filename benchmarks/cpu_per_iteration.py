@@ -40,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PHASES = ("rollout", "credit", "update", "eval")
+INNER = ("model", "env")
 
 
 def _load() -> float:
@@ -48,14 +49,16 @@ def _load() -> float:
 
 # ----------------------------------------------------------------------------------------------- child
 class PhaseClock:
-    """Process-CPU timers around named functions; the model's calls are counted inside the phase running."""
+    """Process-CPU timers around named functions (the phases), and inside each phase the CPU of the
+    model's calls and of the env's steps and resets (the outermost call of each kind counts)."""
 
     def __init__(self) -> None:
-        self.seconds = dict.fromkeys((*PHASES, "model"), 0.0)
-        self.model_in = dict.fromkeys(PHASES, 0.0)
-        self.calls = dict.fromkeys(PHASES, 0)
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.inner = {kind: dict.fromkeys(PHASES, 0.0) for kind in INNER}
+        self.calls = {kind: dict.fromkeys(PHASES, 0) for kind in INNER}
+        self.env_steps = dict.fromkeys(PHASES, 0)
         self.phase: str | None = None
-        self.model_depth = 0
+        self.depth = dict.fromkeys(INNER, 0)
 
     def wrap_phase(self, owner: Any, name: str, phase: str) -> None:
         """Time ``owner.name`` as ``phase``; a phase called inside another (an evaluation at the end of an
@@ -77,41 +80,27 @@ class PhaseClock:
 
         setattr(owner, name, timed)
 
-    def model_call(self, original: Any, module: Any, *args: Any, **kwargs: Any) -> Any:
-        """``original(module, ...)`` timed as a model call (only the outermost of nested ones counts)."""
-        if self.model_depth:
-            return original(module, *args, **kwargs)
-        self.model_depth += 1
-        start = time.process_time()
-        try:
-            return original(module, *args, **kwargs)
-        finally:
-            self.model_depth -= 1
-            spent = time.process_time() - start
-            self.seconds["model"] += spent
-            if self.phase is not None:
-                self.model_in[self.phase] += spent
-                self.calls[self.phase] += 1
-
-    def wrap_model(self, cls: type) -> None:
-        """Count calls of ``cls`` instances as the model."""
-        original = cls.__call__
+    def wrap_inner(self, kind: str, owner: type, name: str) -> None:
+        """Count the calls of ``owner.name`` (``__call__`` for a module class) as ``kind`` (model or env)."""
+        original = getattr(owner, name)
         clock = self
 
-        def timed(module: Any, *args: Any, **kwargs: Any) -> Any:
-            return clock.model_call(original, module, *args, **kwargs)
+        def timed(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            if clock.depth[kind]:
+                return original(obj, *args, **kwargs)
+            if kind == "env" and name == "step_wait" and clock.phase is not None:
+                clock.env_steps[clock.phase] += int(obj._active.sum())
+            clock.depth[kind] += 1
+            start = time.process_time()
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                clock.depth[kind] -= 1
+                if clock.phase is not None:
+                    clock.inner[kind][clock.phase] += time.process_time() - start
+                    clock.calls[kind][clock.phase] += 1
 
-        cls.__call__ = timed  # type: ignore[method-assign]
-
-    def wrap_method(self, cls: type, name: str) -> None:
-        """Count ``cls.name`` as the model too (a decoder-only call that bypasses ``__call__``)."""
-        original = getattr(cls, name)
-        clock = self
-
-        def timed(module: Any, *args: Any, **kwargs: Any) -> Any:
-            return clock.model_call(original, module, *args, **kwargs)
-
-        setattr(cls, name, timed)
+        setattr(owner, name, timed)
 
 
 def child_demo(steps: int, run_dir: str) -> dict[str, Any]:
@@ -123,33 +112,24 @@ def child_demo(steps: int, run_dir: str) -> dict[str, Any]:
 
     from milegpo import cli
     from milegpo.algos import base, evaluation, iteration
+    from milegpo.envs.vec_env import GroupedTextVecEnv
 
     clock = PhaseClock()
     clock.wrap_phase(iteration, "collect", "rollout")
     clock.wrap_phase(iteration, "assign_credit", "credit")
     clock.wrap_phase(base.GroupRLAlgorithm, "train", "update")
     clock.wrap_phase(evaluation, "_run_episodes", "eval")
-    clock.wrap_model(PeftModel)
-    clock.wrap_model(PreTrainedModel)
+    clock.wrap_inner("model", PeftModel, "__call__")
+    clock.wrap_inner("model", PreTrainedModel, "__call__")
     try:  # the lean forward of the merged copy, where this version has one
         from milegpo.policies.lean_forward import LeanCausalLM
     except ImportError:
         pass
     else:
-        clock.wrap_model(LeanCausalLM)
-        clock.wrap_method(LeanCausalLM, "hidden_states")
-    steps_in = {"rollout": 0, "eval": 0}
-    from milegpo.envs.vec_env import GroupedTextVecEnv
-
-    step_wait = GroupedTextVecEnv.step_wait
-
-    def counted(env: Any) -> Any:
-        active = int(env._active.sum())
-        if clock.phase in steps_in:
-            steps_in[clock.phase] += active
-        return step_wait(env)
-
-    GroupedTextVecEnv.step_wait = counted  # type: ignore[method-assign]
+        clock.wrap_inner("model", LeanCausalLM, "__call__")
+        clock.wrap_inner("model", LeanCausalLM, "hidden_states")
+    clock.wrap_inner("env", GroupedTextVecEnv, "step_wait")
+    clock.wrap_inner("env", GroupedTextVecEnv, "reset_groups")
     before_train = time.process_time()
     rc = cli.main(["train", "--run-dir", run_dir, f"run.total_timesteps={steps}"])
     train_cpu = time.process_time() - before_train
@@ -159,8 +139,9 @@ def child_demo(steps: int, run_dir: str) -> dict[str, Any]:
     return {
         "rc": rc, "total_cpu_s": time.process_time() - started, "train_cpu_s": train_cpu,
         "phases_cpu_s": {k: round(v, 3) for k, v in clock.seconds.items()},
-        "model_cpu_s_in": {k: round(v, 3) for k, v in clock.model_in.items()},
-        "model_calls_in": clock.calls, "env_steps_in": steps_in,
+        **{f"{kind}_cpu_s_in": {k: round(v, 3) for k, v in clock.inner[kind].items()} for kind in INNER},
+        **{f"{kind}_calls_in": clock.calls[kind] for kind in INNER},
+        "env_steps_in": clock.env_steps,
         "iterations": len(progress) - 1,
         "final": {split: {k: v for k, v in result.items() if k in ("success_rate", "mean_return", "mean_length")}
                   for split, result in final.items() if isinstance(result, dict)},
@@ -235,8 +216,11 @@ def summary(runs: list[dict[str, Any]], version: str) -> dict[str, float]:
     for phase in PHASES:
         out[f"{phase}_cpu_s"] = med(lambda r, p=phase: r["phases_cpu_s"][p])
     out["eval_share"] = round(out["eval_cpu_s"] / out["total_cpu_s"], 3)
-    out["rollout_outside_model_share"] = med(
-        lambda r: 1 - r["model_cpu_s_in"]["rollout"] / r["phases_cpu_s"]["rollout"])
+    for phase in ("rollout", "eval"):
+        out[f"{phase}_model_share"] = med(lambda r, p=phase: r["model_cpu_s_in"][p] / r["phases_cpu_s"][p])
+        out[f"{phase}_env_share"] = med(lambda r, p=phase: r["env_cpu_s_in"][p] / r["phases_cpu_s"][p])
+    out["rollout_outside_model_share"] = round(1 - out["rollout_model_share"], 3)
+    out["rollout_outside_model_env_share"] = round(1 - out["rollout_model_share"] - out["rollout_env_share"], 3)
     out["rollout_cpu_s_per_iteration"] = med(lambda r: r["phases_cpu_s"]["rollout"] / max(r["iterations"], 1))
     out["eval_cpu_ms_per_step"] = med(lambda r: 1e3 * r["phases_cpu_s"]["eval"] / max(r["env_steps_in"]["eval"], 1))
     out["rollout_cpu_ms_per_step"] = med(
@@ -255,7 +239,12 @@ def markdown(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         ("update (s CPU)", "update_cpu_s", "{:.1f}"), ("evaluation (s CPU)", "eval_cpu_s", "{:.1f}"),
         ("evaluation's share of the demo", "eval_share", "{:.0%}"),
         ("rollout per iteration (s CPU)", "rollout_cpu_s_per_iteration", "{:.3f}"),
+        ("rollout: the model's share", "rollout_model_share", "{:.0%}"),
+        ("rollout: the env's share (House's steps and resets)", "rollout_env_share", "{:.0%}"),
         ("rollout outside the model (share)", "rollout_outside_model_share", "{:.0%}"),
+        ("rollout outside the model and the env (share)", "rollout_outside_model_env_share", "{:.0%}"),
+        ("evaluation: the model's share", "eval_model_share", "{:.0%}"),
+        ("evaluation: the env's share", "eval_env_share", "{:.0%}"),
         ("rollout per env step (ms CPU)", "rollout_cpu_ms_per_step", "{:.3f}"),
         ("evaluation per env step (ms CPU)", "eval_cpu_ms_per_step", "{:.3f}"),
         ("tiny model, fixed cost per call (ms CPU)", "per_call_ms", "{:.3f}"),

@@ -42,8 +42,8 @@ from milegpo.policies.conversation import single_pass_logprobs
 from milegpo.policies.model import load_lora_model, merged_forwards
 from milegpo.policies.optim import resolve_optimizer_class
 from milegpo.policies.parsing import action_parser
-from milegpo.policies.prompt_tokens import CandidateTokens, RenderedChatTemplate
-from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder, PromptBuilder
+from milegpo.policies.prompt_tokens import CandidateTokens, KeptPromptBuilder
+from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.sampling import HFSampler, Sampler, choose_candidates
 from milegpo.policies.scoring import candidate_scores, score_rows, supports_right_padded_rows
@@ -96,8 +96,8 @@ class LLMPolicy(AdapterFilesMixin):
         self._build_model()
         kind = "choose" if self.mode == "choose" else ("think" if config.think else "generate")
         instructions = INSTRUCTIONS[kind]
-        self.prompts = PromptBuilder(RenderedChatTemplate(self.tokenizer), config.prompt_template, instructions,
-                                     config.history_length, config.max_prompt_tokens)
+        self.prompts = KeptPromptBuilder(self.tokenizer, config.prompt_template, instructions,
+                                         config.history_length, config.max_prompt_tokens)
         self.chat = ChatPromptBuilder(self.tokenizer, instructions, config.history_length,
                                       config.max_prompt_tokens) if config.prompt_format == "chat" else None
         self.parse = action_parser(config.action_parser, self.tokenizer)
