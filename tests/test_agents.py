@@ -23,6 +23,7 @@ from milegpo import MileGPO
 from milegpo.agents import STATE_KEY_HEADER, AgentEnv, AgentNeverCalledModel, AgentRaised
 from milegpo.agents import requests as agent_requests
 from milegpo.agents.policy_step import answer_requests
+from milegpo.agents.server import agent_server
 from milegpo.envs import make_vec_env
 from milegpo.envs.core import TextSpace
 from milegpo.policies import LLMPolicy, tiny_model
@@ -253,3 +254,26 @@ def test_a_request_costs_milliseconds_not_a_delayed_ack() -> None:
         env.step("ok")
     assert time.perf_counter() - started < 1.0
     env.close()
+
+
+def test_an_episode_cut_at_its_step_limit_cancels_its_program_and_answers_its_open_request() -> None:
+    seen: list[BaseException] = []
+
+    async def endless(client: openai.AsyncOpenAI, task: str) -> float:
+        try:
+            while True:
+                await client.chat.completions.create(model="m", messages=[{"role": "user", "content": task}])
+        except BaseException as exc:  # what the program sees when its episode is cut
+            seen.append(exc)
+            raise
+
+    env = AgentEnv(endless, ["again"], max_episode_steps=2)
+    env.reset(seed=0)
+    session = env._session
+    assert session is not None
+    env.step("")
+    assert env.step("")[2:4] == (False, True)  # truncated at the second step, with the third request open
+    time.sleep(0.5)
+    assert len(seen) == 1 and isinstance(seen[0], asyncio.CancelledError)
+    assert session._pending is None  # the open request was answered (404): nothing of the episode is held
+    assert session.id not in agent_server().sessions

@@ -107,9 +107,15 @@ class Session:
         self.loop.call_soon_threadsafe(_resolve, pending.reply, reply)
 
     def close(self) -> None:
-        """Stop the program if it still runs (it sees its task cancelled)."""
+        """Stop the program if it still runs (it sees its task cancelled); a request still held open is answered
+        with a 404 (its episode has ended), so the server keeps nothing of an ended episode."""
         if self._run is not None and not self._run.done():
             self._run.cancel()
+        pending = self._pending
+        if pending is not None:
+            ended = APIError("this episode has ended (truncated, or its program failed): its requests are no longer "
+                             "answered", status=404, code="session_not_found")
+            self.loop.call_soon_threadsafe(_fail, pending.reply, ended)
 
     # -------------------------------------------------------------- server's loop
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -154,3 +160,8 @@ class Session:
 def _resolve(future: asyncio.Future, reply: Reply) -> None:
     if not future.done():  # the program may have given up waiting (cancelled)
         future.set_result(reply)
+
+
+def _fail(future: asyncio.Future, error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)
