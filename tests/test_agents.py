@@ -22,6 +22,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from milegpo import MileGPO
 from milegpo.agents import STATE_KEY_HEADER, AgentEnv, AgentNeverCalledModel, AgentRaised
 from milegpo.agents import requests as agent_requests
+from milegpo.agents.env import EMPTY_REPLY
 from milegpo.agents.policy_step import answer_requests
 from milegpo.agents.server import agent_server
 from milegpo.envs import make_vec_env
@@ -117,7 +118,7 @@ def test_steps_of_a_group_share_states_and_a_program_may_name_its_own(agent_mode
 
     env = AgentEnv(keyed, ["cellar"])
     assert env.reset(seed=0)[1]["state_key"] == "room=cellar"
-    assert env.step("")[4]["state_key"] == "episode over: reward 0"
+    assert env.step(EMPTY_REPLY)[4]["state_key"] == "episode over: reward 0"
     env.close()
 
 
@@ -150,7 +151,7 @@ def test_the_endpoint_refuses_what_it_cannot_honour_and_keeps_the_episode(caplog
     env = AgentEnv(probing, ["hello"])
     with caplog.at_level(logging.WARNING, logger="milegpo.agents"):
         env.reset(seed=0)  # the request with temperature and top_p went through: both set aside, said once
-        env.step("")
+        env.step(EMPTY_REPLY)
         env.step(json.dumps({"content": "first", "finish_reason": "stop"}))
         time.sleep(1.0)  # the program tries a third request while the second waits
         _, reward, done, _, _ = env.step(json.dumps({"content": "second", "finish_reason": "stop"}))
@@ -215,7 +216,7 @@ def test_what_the_env_refuses_at_once() -> None:
     env = AgentEnv(returns_text, ["x"])
     env.reset(seed=0)
     with pytest.raises(AgentRaised, match=r"the agent program returned 'done', not a reward"):
-        env.step("")
+        env.step(EMPTY_REPLY)
 
 
 def test_a_rubric_scores_the_finished_conversation() -> None:
@@ -271,9 +272,44 @@ def test_an_episode_cut_at_its_step_limit_cancels_its_program_and_answers_its_op
     env.reset(seed=0)
     session = env._session
     assert session is not None
-    env.step("")
-    assert env.step("")[2:4] == (False, True)  # truncated at the second step, with the third request open
+    env.step(EMPTY_REPLY)
+    assert env.step(EMPTY_REPLY)[2:4] == (False, True)  # truncated at the second step, with the third request open
     time.sleep(0.5)
     assert len(seen) == 1 and isinstance(seen[0], asyncio.CancelledError)
     assert session._pending is None  # the open request was answered (404): nothing of the episode is held
     assert session.id not in agent_server().sessions
+
+
+def test_check_env_finds_nothing_wrong_with_the_examples_agent() -> None:
+    """An empty action (no reply of the policy is one) is invalid and leaves the request open; an episode's info is
+    the same for two resets of a task (no session ids in it)."""
+    from milegpo.envs import check_text_env
+
+    findings = check_text_env(agent_programs.ThreeTurnsEnv, seeds=2)
+    assert findings == []
+    env = agent_programs.ThreeTurnsEnv()
+    observation, info = env.reset(seed=0)
+    after, reward, done, truncated, after_info = env.step("")
+    assert (after, reward, done, truncated, after_info["valid_action"]) == (observation, 0.0, False, False, False)
+    assert env.step("the kitchen")[4]["valid_action"] is True  # the same request, answered now
+    env.close()
+
+
+def test_the_programs_of_a_batch_get_their_replies_at_once(agent_model: str) -> None:
+    """With the envs in the policy's process, each reply reaches its program as soon as it is sampled: four programs
+    whose moves each await a 0.5 s tool are stepped in about 0.5 s, not 4 x 0.5 s one env after the other."""
+    async def slow_tool(client: openai.AsyncOpenAI, task: str) -> float:
+        for turn in range(2):
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"{task} {turn}"}])
+            await asyncio.sleep(0.5)
+        return 1.0
+
+    policy = make_policy(agent_model)
+    env = make_vec_env(lambda: AgentEnv(slow_tool, ["hall"]), n_tasks=1, group_size=4, seed=0)
+    env.reset()
+    samples = policy.act(list(env.observations), env.reset_infos, [[] for _ in range(4)])
+    started = time.perf_counter()
+    _, _, dones, infos = env.step([s.text for s in samples])
+    assert time.perf_counter() - started < 1.5 and not dones.any()
+    assert all(info["agent_request"]["messages"][0]["content"] == "hall 1" for info in infos)
+    env.close()

@@ -44,6 +44,8 @@ logger = logging.getLogger("milegpo.agents")
 VOCABULARY_TASKS = 20
 #: requests answered (with an empty reply) per task when collecting the vocabulary
 VOCABULARY_STEPS = 3
+#: an empty reply, as the env receives it
+EMPTY_REPLY = '{"content": "", "finish_reason": "stop"}'
 _said_no_splits: set[str] = set()
 
 
@@ -85,6 +87,7 @@ class AgentEnv(TextEnv):
         self.extra_vocabulary = [str(text) for text in vocabulary]
         self._session: Session | None = None
         self._pending: Pending | None = None
+        self._request: dict[str, Any] | None = None  # the pending request as the policy reads it (info)
         self._key = ""
 
     @property
@@ -108,8 +111,8 @@ class AgentEnv(TextEnv):
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._session is not None and self._pending is not None  # TextEnv.step: only within an episode
-        self._session.answer(read_reply(action))
-        self._pending = None
+        self._session.answer(read_reply(action))  # nothing when the policy delivered it already
+        self._release()
         event = self._next_event()
         if isinstance(event, Pending):
             return self._take(event), 0.0, False, {}
@@ -126,20 +129,18 @@ class AgentEnv(TextEnv):
         return observation, reward, terminated, truncated, info
 
     def is_valid_action(self, action: str) -> bool:
-        """Every reply is answered to the program (an empty one too): the program judges it."""
-        return True
+        """Every reply of the policy is answered to the program, an empty one too (``{"content": ""}``): the
+        program judges it. Only an empty action, which no reply of the policy is, is invalid (the request
+        stays open)."""
+        return bool(action.strip())
 
     def state_key(self) -> str:
         return self._key
 
     def info_extras(self) -> dict[str, Any]:
-        """``agent_request``: the pending request's messages and tools (the prompt the policy acts on) and its
-        session's id (a policy in this process delivers its reply at once: :mod:`milegpo.agents.policy_step`)."""
-        if self._pending is None:
-            return {}
-        assert self._session is not None
-        return {AGENT_REQUEST: {"messages": self._pending.messages, "tools": self._pending.tools,
-                                "session": self._session.id}}
+        """``agent_request``: the pending request's messages and tools, the prompt the policy acts on (one object
+        per request: a policy in this process delivers its reply at once, :mod:`milegpo.agents.policy_step`)."""
+        return {} if self._request is None else {AGENT_REQUEST: self._request}
 
     def close(self) -> None:
         self._end_session()
@@ -164,7 +165,7 @@ class AgentEnv(TextEnv):
                     texts += conversation.request_texts(pending.messages, pending.tools)
                     if pending.tools:
                         texts.append(TOOL_CHAT_TEMPLATE)
-                    if any(self.step("")[2:4]):
+                    if any(self.step(EMPTY_REPLY)[2:4]):
                         break
             except AgentError as exc:  # a program that fails on an empty reply: what it showed before is kept
                 failure = exc
@@ -189,14 +190,24 @@ class AgentEnv(TextEnv):
 
     def _take(self, pending: Pending) -> str:
         """Make ``pending`` the current step: its observation and state key."""
+        assert self._session is not None
         self._pending = pending
+        self._request = {"messages": pending.messages, "tools": pending.tools}
+        agent_server().awaiting[id(self._request)] = (self._request, self._session)
         self._key = conversation.state_key(pending.messages, pending.state_key)
         return conversation.observation(pending.messages)
 
+    def _release(self) -> None:
+        """The current request is answered: forget it."""
+        if self._request is not None:
+            agent_server().awaiting.pop(id(self._request), None)
+        self._pending, self._request = None, None
+
     def _end_session(self) -> None:
+        self._release()
         if self._session is not None:
             agent_server().close_session(self._session)
-            self._session, self._pending = None, None
+            self._session = None
 
 
 def _split_tasks(tasks: Sequence[Any] | Mapping[str, Sequence[Any]], split: str) -> list[Any]:

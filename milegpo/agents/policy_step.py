@@ -1,8 +1,8 @@
 """The policy's side of an agent step: the prompt is the request's own messages, the action its reply.
 
 An :class:`~milegpo.agents.AgentEnv` step carries the program's pending request in
-``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None, "session": id}``, the messages as
-the program sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages
+``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None}``, the messages as the program
+sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages
 alone (:func:`request_prompt`: serve's message conversion and the policy's chat template, as ``milegpo
 serve`` does; not from the task, the observation and a history of its own), samples from those ids,
 and hands the env the reply as :func:`~milegpo.agents.replies.reply_action` writes it
@@ -60,5 +60,4 @@ def answer_requests(policy: Any, samples: Sequence[Any], infos: Sequence[Mapping
         reply = make_reply(completion, policy.tokenizer, policy.eos_ids, (),
                            parse_tools if request.get("tools") else None)
         sample.text, sample.parsed = reply_action(reply), True
-        if request.get("session") is not None:
-            deliver_early(str(request["session"]), sample.text)
+        deliver_early(request, sample.text)

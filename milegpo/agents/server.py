@@ -20,6 +20,7 @@ import asyncio
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from milegpo.agents.replies import read_reply
@@ -43,6 +44,8 @@ class AgentServer:
         from milegpo.serve.server import bind
 
         self.sessions: dict[str, Session] = {}
+        #: the requests the envs of this process hold, by the identity of their ``info["agent_request"]``
+        self.awaiting: dict[int, tuple[Mapping[str, Any], Session]] = {}
         self.loop = asyncio.new_event_loop()
         sock = bind(host, 0)
         sock.listen(2048)
@@ -96,11 +99,11 @@ def agent_server() -> AgentServer:
         return _server
 
 
-def deliver_early(session_id: str, action: str) -> None:
-    """Answer session ``session_id``'s waiting request with ``action`` now, when that session lives in this
-    process (envs in this process, lockstep or evaluation): every program of the batch goes on at once
-    instead of one after the other as the vec env steps its envs; the env's own step then sends nothing
-    again. A session of another process (envs in worker processes) is answered by its env's step."""
-    session = _server.sessions.get(session_id) if _server is not None else None
-    if session is not None:
-        session.answer(read_reply(action))
+def deliver_early(request: Mapping[str, Any], action: str) -> None:
+    """Answer ``request`` (an ``info["agent_request"]`` an env of this process gave) with ``action`` now: every
+    program of the batch goes on at once instead of one after the other as the vec env steps its envs, and
+    the env's own step then sends nothing again. A request from an env in another process (a worker's: a
+    copy, not the object the env holds) is answered by its env's step."""
+    held = _server.awaiting.pop(id(request), None) if _server is not None else None
+    if held is not None and held[0] is request:
+        held[1].answer(read_reply(action))
