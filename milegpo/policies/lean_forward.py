@@ -35,11 +35,11 @@ LEAN_ARCHITECTURES = {
 }
 
 
-def lean_supported(model: nn.Module) -> bool:
+def lean_supported(model: Any) -> bool:
     """Whether :class:`LeanCausalLM` reproduces ``model`` (a transformers causal LM, no peft wrapper):
     one of :data:`LEAN_ARCHITECTURES` exactly, sdpa attention, full attention in every layer, plain
     linear projections, no module hooks, on a CPU or CUDA device."""
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     names = LEAN_ARCHITECTURES.get(getattr(config, "model_type", ""))
     if names is None or type(model).__name__ != names[0] or config._attn_implementation != "sdpa":
         return False
@@ -140,11 +140,11 @@ class _Layer:
     scaling: float
 
 
-def _linear(module: nn.Module) -> tuple[th.Tensor, th.Tensor | None]:
+def _linear(module: Any) -> tuple[th.Tensor, th.Tensor | None]:
     return module.weight, module.bias
 
 
-def _norm(module: nn.Module) -> tuple[th.Tensor, float]:
+def _norm(module: Any) -> tuple[th.Tensor, float]:
     return module.weight, float(module.variance_epsilon)
 
 
@@ -170,7 +170,9 @@ class LeanCausalLM(nn.Module):
         weights are used as they are, nothing is copied).
     """
 
-    def __init__(self, model: nn.Module):
+    hf: Any  # the transformers model (a submodule: its parameters are this module's)
+
+    def __init__(self, model: Any):
         super().__init__()
         if not lean_supported(model):
             raise ValueError(f"{type(model).__name__} is not a model the lean forward reproduces (see lean_supported)")

@@ -187,7 +187,7 @@ def _lora_layers(model: nn.Module) -> list[Any] | None:
     from peft.tuners.tuners_utils import BaseTunerLayer
     from transformers.pytorch_utils import Conv1D
 
-    layers = []
+    layers: list[Any] = []
     for module in model.modules():
         if not isinstance(module, BaseTunerLayer):
             continue

@@ -30,7 +30,7 @@ every step.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from milegpo.policies.prompts import PromptBuilder, TokenCache
 
@@ -84,7 +84,7 @@ def fast_backend(tokenizer: Any) -> Any:
     if not isinstance(tokenizer, TokenizersBackend) or cls.__call__ is not PreTrainedTokenizerBase.__call__ \
             or cls._encode_plus is not TokenizersBackend._encode_plus or hasattr(tokenizer, "_switch_to_input_mode"):
         return None
-    backend = tokenizer._tokenizer
+    backend: Any = tokenizer._tokenizer
     try:
         for probe in (*PROBES, _render(tokenizer, "x") if getattr(tokenizer, "chat_template", None) else "y"):
             expected = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
@@ -136,7 +136,7 @@ class CandidateTokens:
 
     def __init__(self, tokenizer: Any, max_entries: int = 65536):
         self.tokenizer, self.max_entries = tokenizer, int(max_entries)
-        self._tokens = TokenCache(RenderedChatTemplate(tokenizer))
+        self._tokens = TokenCache(cast(Any, RenderedChatTemplate(tokenizer)))
         self._ids: dict[str, tuple[int, ...]] = {}
 
     def __call__(self, command: str) -> list[int]:

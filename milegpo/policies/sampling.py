@@ -169,8 +169,10 @@ def choose_candidates(scores: Sequence[th.Tensor], temperature: float, determini
     if deterministic:
         chosen = log_pi.argmax(-1).numpy()
     else:
-        shared = isinstance(rngs, np.random.Generator)
-        uniforms = rngs.random(len(scores)) if shared else np.array([rng.random() for rng in rngs])
+        if isinstance(rngs, np.random.Generator):
+            uniforms = rngs.random(len(scores))
+        else:
+            uniforms = np.array([rng.random() for rng in rngs])
         p = np.where(present, log_pi.exp().numpy().astype(np.float64), 0.0)
         p /= p.sum(axis=1, keepdims=True)
         cdf = np.cumsum(p, axis=1)

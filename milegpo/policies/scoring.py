@@ -424,7 +424,7 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
     scores: list[th.Tensor] = [th.empty(0)] * len(prompts)
     if kept is not None:
         for key, i in list(first.items()):
-            found = kept.get((*key, candidate_score))
+            found = kept.get(key + (candidate_score,))
             if found is not None:
                 scores[i] = found
                 del first[key]
@@ -453,5 +453,5 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
             for key in list(kept)[: len(kept) // 2]:
                 del kept[key]
         for key, i in first.items():
-            kept[(*key, candidate_score)] = scores[i]
+            kept[key + (candidate_score,)] = scores[i]
     return [scores[i] for i in source]
