@@ -209,8 +209,10 @@ class EvalCallback(IterationCallback):
             self.algorithm.log_row_pending()  # one row 0 for every evaluation callback, written before the rollout
 
     def _on_iteration(self) -> None:
+        started = time.perf_counter()
         result = evaluate(self.algorithm, self.eval_env, task_seeds=self.task_seeds, deterministic=self.deterministic,
                           temperature=self.temperature, seed=self.seed)
+        self.logger.record(f"time/{self.log_name}_s", time.perf_counter() - started)  # the console line shows it
         row = {"iteration": self._iterations(), "num_timesteps": self.model.num_timesteps,
                **{k: v for k, v in result.items() if k != "per_task"}}
         self.results.append(row)

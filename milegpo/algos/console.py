@@ -43,6 +43,9 @@ class IterationLineFormat(KVWriter):
         seconds = sum(number(k) or 0.0 for k in ("time/rollout_s", "time/credit_s", "time/update_s"))
         if seconds:
             parts.append(f"{seconds:.1f} s")
+        evaluation = sum(number(k) or 0.0 for k in key_values if k.startswith("time/eval") and k.endswith("_s"))
+        if evaluation:  # the held-out evaluations of this iteration (EvalCallback's time/<log_name>_s)
+            parts.append(f"eval {evaluation:.1f} s")
         print(" | ".join(parts), file=self.stream, flush=True)
 
     def close(self) -> None:
