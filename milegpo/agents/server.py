@@ -47,6 +47,11 @@ class AgentServer:
         #: the requests the envs of this process hold, by the identity of their ``info["agent_request"]``
         self.awaiting: dict[int, tuple[Mapping[str, Any], Session]] = {}
         self.loop = asyncio.new_event_loop()
+        import openai
+
+        # the programs' clients share one pool (openai's limits: 1,000 connections; no timeout: a request waits
+        # as long as the policy takes)
+        self.http_client = openai.DefaultAsyncHttpxClient(timeout=None)
         sock = bind(host, 0)
         sock.listen(2048)
         self.url = f"http://{host}:{sock.getsockname()[1]}"
@@ -68,7 +73,7 @@ class AgentServer:
     def open_session(self) -> Session:
         """A new episode's session (its own base URL)."""
         session_id = secrets.token_hex(8)
-        session = Session(session_id, f"{self.url}/episodes/{session_id}/v1", self.loop)
+        session = Session(session_id, f"{self.url}/episodes/{session_id}/v1", self.loop, self.http_client)
         self.sessions[session_id] = session
         return session
 

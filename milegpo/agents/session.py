@@ -71,10 +71,13 @@ class Session:
     :param session_id: the id in the session's base URL.
     :param base_url: ``http://host:port/episodes/<id>/v1``, what the program's client is given.
     :param loop: the agent server's event loop.
+    :param http_client: the server's ``httpx.AsyncClient``, shared by the programs' clients (one connection
+        pool for the process; an own client per episode would load TLS certificates and open a connection
+        for every episode).
     """
 
-    def __init__(self, session_id: str, base_url: str, loop: asyncio.AbstractEventLoop):
-        self.id, self.base_url, self.loop = session_id, base_url, loop
+    def __init__(self, session_id: str, base_url: str, loop: asyncio.AbstractEventLoop, http_client: Any):
+        self.id, self.base_url, self.loop, self.http_client = session_id, base_url, loop, http_client
         self.requests = 0
         self._events: queue.Queue[Event] = queue.Queue()
         self._pending: Pending | None = None  # the request the server holds open (the loop's side)
@@ -137,7 +140,8 @@ class Session:
     async def _play(self, program: Program, task: Any, rubric: Rubric | None) -> None:
         import openai
 
-        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=f"episode-{self.id}", max_retries=0, timeout=None)
+        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=f"episode-{self.id}", max_retries=0, timeout=None,
+                                    http_client=self.http_client)
         where = "the agent program"
         try:
             result = await program(client, task)
@@ -153,8 +157,6 @@ class Session:
             raise
         except BaseException as exc:  # the user's code: whatever it raises ends its episode, not the training
             self._events.put(Raised(exc, where, traceback.format_exc()))
-        finally:
-            await client.close()
 
 
 def _resolve(future: asyncio.Future, reply: Reply) -> None:
