@@ -10,6 +10,9 @@ number in the summary is typed by hand:
 * credit quality (``credit_quality_regimes.json``): MileGPO minus GraphGPO pairwise accuracy
   and weighted agreement against the ground truth, both regimes.
 
+The same comparison against G2PO (the newest graph method with public code) follows in its own
+table, where its runs exist (learning: House and TWX coin; credit quality: every env scored with it).
+
 A difference is **ahead** when its 95 % interval lies above zero, **behind** when below, and
 **level** otherwise; with fewer than 3 seeds (e.g. WebShop's random groups, where few seeds
 have a success) it is not judged. The two regimes are the envs'
@@ -71,7 +74,8 @@ class Comparison:
         return "ahead" if self.low > 0 else "behind" if self.high < 0 else "level"
 
 
-def learning_comparisons() -> list[Comparison]:
+def learning_comparisons(baseline: str = "graphgpo") -> list[Comparison]:
+    """MileGPO − ``baseline`` (a method name) per learning results file, env and metric."""
     rows = []
     for stem, regime, start in LEARNING_SOURCES:
         path = RESULTS / f"{stem}.json"
@@ -80,7 +84,7 @@ def learning_comparisons() -> list[Comparison]:
                              f"benchmarks/results/{stem} first (its docstring has the command)")
         table = json.loads(path.read_text())["table"]
         for env, entry in table.items():
-            diffs = entry["milegpo_minus"].get("graphgpo")
+            diffs = entry["milegpo_minus"].get(baseline)
             if diffs is None:
                 continue
             for metric, label in LEARNING_METRICS.items():
@@ -88,6 +92,29 @@ def learning_comparisons() -> list[Comparison]:
                     d = diffs[metric]
                     rows.append(Comparison(env, regime, start, "learning", label, d["mean"], d["ci95"][0],
                                            d["ci95"][1], d["n"]))
+    return rows
+
+
+def credit_comparisons_against(baseline: str) -> list[Comparison]:
+    """MileGPO − ``baseline`` (a credit_quality variant label, e.g. ``G2PO``): paired over the seeds scored for
+    both, from the per-seed rows of ``credit_quality_regimes.json``."""
+    from learning_efficiency import paired_difference
+
+    rows = []
+    for run in json.loads((RESULTS / f"{CREDIT_SOURCE}.json").read_text())["runs"].values():
+        start = "warm start" if run["warm_start"] else "random policy"
+        for env, entry in run["envs"].items():
+            for regime in run["state_keys"]:
+                methods = [r["regimes"][regime]["methods"] for r in entry["per_seed"]]
+                paired = [m for m in methods if baseline in m and "MileGPO" in m]
+                for metric in ("pairwise_accuracy", "weighted_agreement"):
+                    pairs = [(m["MileGPO"][metric], m[baseline][metric]) for m in paired]
+                    pairs = [p for p in pairs if math.isfinite(p[0] - p[1])]
+                    if len(pairs) < 2:
+                        continue
+                    d = paired_difference([p[0] for p in pairs], [p[1] for p in pairs])
+                    rows.append(Comparison(env, REGIME_NAMES[regime], start, "credit", metric.replace("_", " "),
+                                           d["mean"], d["ci95"][0], d["ci95"][1], len(pairs)))
     return rows
 
 
@@ -110,8 +137,8 @@ def credit_comparisons() -> list[Comparison]:
     return rows
 
 
-def table(rows: list[Comparison]) -> str:
-    lines = ["| env | state keys | start | measure | MileGPO − GraphGPO [95% CI] | seeds | verdict |",
+def table(rows: list[Comparison], baseline: str = "GraphGPO") -> str:
+    lines = [f"| env | state keys | start | measure | MileGPO − {baseline} [95% CI] | seeds | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.env, r.regime, r.start, r.kind, r.metric)):
         verdict = {"ahead": "**ahead**", "behind": "*behind*"}.get(r.verdict, r.verdict)
@@ -121,7 +148,7 @@ def table(rows: list[Comparison]) -> str:
     return "\n".join(lines)
 
 
-def summary(rows: list[Comparison]) -> str:
+def summary(rows: list[Comparison], baseline: str = "GraphGPO") -> str:
     """Two lines for the README: the counts, and where MileGPO is ahead or behind."""
     counts = {v: sum(r.verdict == v for r in rows) for v in ("ahead", "level", "behind")}
     judged = sum(counts.values())
@@ -130,7 +157,7 @@ def summary(rows: list[Comparison]) -> str:
         cases = sorted(f"{r.env} ({r.regime}, {r.start}, {r.kind}: {r.metric})" for r in rows if r.verdict == verdict)
         return "; ".join(cases) if cases else "nowhere"
 
-    return (f"Against GraphGPO on this project's CPU benchmarks (95 % intervals over seeds), MileGPO is ahead "
+    return (f"Against {baseline} on this project's CPU benchmarks (95 % intervals over seeds), MileGPO is ahead "
             f"in {counts['ahead']}, level in {counts['level']} and behind in {counts['behind']} of {judged} "
             f"comparisons with 3 or more seeds. Ahead: {where('ahead')}. Behind: {where('behind')}.")
 
@@ -146,8 +173,10 @@ def write_readme_block(text: str) -> None:
 def main() -> None:
     rows = learning_comparisons() + credit_comparisons()
     text = summary(rows)
+    g2po = learning_comparisons("g2po") + credit_comparisons_against("G2PO")
     out = RESULTS / "why_milegpo.md"
-    out.write_text(f"{text}\n\n{table(rows)}\n")
+    out.write_text(f"{text}\n\n{table(rows)}\n\n### MileGPO against G2PO\n\n{summary(g2po, 'G2PO')}\n\n"
+                   f"{table(g2po, 'G2PO')}\n")
     write_readme_block(text)
     print(out.read_text())
 
