@@ -19,7 +19,7 @@ from milegpo.policies.prompt_tokens import (
     split_chat_template,
 )
 from milegpo.policies.prompts import INSTRUCTIONS
-from milegpo.policies.sampling import choose_candidates
+from milegpo.policies.sampling import choose_candidates, chosen_log_probs
 
 TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box",
          "Your task : put the apple in the fridge", "Step observation action"]
@@ -61,6 +61,34 @@ def test_choose_candidates_draws_as_the_per_row_choice(deterministic, shared):
 def test_choose_candidates_one_candidate_and_ties():
     chosen, logp = choose_candidates([th.tensor([2.0]), th.tensor([1.0, 1.0])], 1.0, True, np.random.default_rng(0))
     assert chosen == [0, 0] and logp[0] == 0.0 and np.isclose(logp[1], np.log(0.5))
+
+
+def per_row_units(scores, chosen, temperature):
+    """The update's choose-mode units as they were: one softmax and two indexed writes per row."""
+    logp, entropy = th.zeros((len(scores), 1)), th.zeros((len(scores), 1))
+    for i, (sc, c) in enumerate(zip(scores, chosen)):
+        log_pi = th.log_softmax(sc / temperature, dim=-1)
+        logp[i, 0] = log_pi[c]
+        entropy[i, 0] = -(log_pi.exp() * log_pi).sum()
+    return logp, entropy
+
+
+def test_chosen_log_probs_equal_the_per_row_units_and_their_gradients():
+    g = th.Generator().manual_seed(3)
+    leaves = [th.randn(int(th.randint(1, 9, (1,), generator=g)), generator=g, requires_grad=True) for _ in range(23)]
+    scores = leaves + leaves[:5]  # rows sharing a tensor (identical prompts scored once)
+    chosen = [int(th.randint(len(s), (1,), generator=g)) for s in scores]
+    weights = th.randn(len(scores), 2, generator=g)
+    old_logp, old_entropy = per_row_units(scores, chosen, 0.7)
+    old_grads = th.autograd.grad((th.cat([old_logp, old_entropy], 1) * weights).sum(), leaves)
+    logp, entropy = chosen_log_probs(scores, chosen, 0.7, with_entropy=True)
+    grads = th.autograd.grad((th.cat([logp, entropy], 1) * weights).sum(), leaves)
+    th.testing.assert_close(logp, old_logp, atol=1e-6, rtol=0)
+    th.testing.assert_close(entropy, old_entropy, atol=1e-6, rtol=0)
+    for a, b in zip(grads, old_grads):
+        assert th.isfinite(a).all()
+        th.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert chosen_log_probs(scores, chosen, 0.7)[1] is None
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2"])

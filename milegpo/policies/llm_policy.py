@@ -45,7 +45,7 @@ from milegpo.policies.parsing import action_parser
 from milegpo.policies.prompt_tokens import CandidateTokens, KeptPromptBuilder
 from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder
 from milegpo.policies.sample import ActionSample
-from milegpo.policies.sampling import HFSampler, Sampler, choose_candidates
+from milegpo.policies.sampling import HFSampler, Sampler, choose_candidates, chosen_log_probs
 from milegpo.policies.scoring import candidate_scores, score_rows, supports_right_padded_rows
 
 
@@ -364,13 +364,8 @@ class LLMPolicy(AdapterFilesMixin):
         if any(s.candidate_ids is None or s.chosen is None for s in samples):
             raise ValueError("choose-mode evaluate_actions needs samples with candidate_ids and chosen")
         scores = self._scores([s.prompt_ids for s in samples], [s.candidate_ids or [] for s in samples])
-        logp = th.zeros((len(samples), 1), device=device)
-        entropy = th.zeros((len(samples), 1), device=device) if with_entropy else None
-        for i, (s, sc) in enumerate(zip(samples, scores)):
-            log_pi = th.log_softmax(sc / self.temperature, dim=-1)
-            logp[i, 0] = log_pi[s.chosen]
-            if entropy is not None:
-                entropy[i, 0] = -(log_pi.exp() * log_pi).sum()
+        logp, entropy = chosen_log_probs(scores, [int(cast(int, s.chosen)) for s in samples], self.temperature,
+                                         with_entropy)
         return logp, th.ones((len(samples), 1), dtype=th.bool, device=device), entropy
 
     # ------------------------------------------------------------- SB3 glue
