@@ -36,8 +36,9 @@ class IterationLineFormat(KVWriter):
         shown = [f"{split} {value:.3f}".strip() for split, value in held_out if value is not None]
         if shown:
             parts.append("held-out " + ", ".join(shown))
-        if number("train/loss") is not None:
-            parts.append(f"loss {loss_text(number('train/loss'))}")
+        loss = number("train/loss")
+        if loss is not None:
+            parts.append(f"loss {loss_text(loss)}")
         if number("train/skipped_steps"):
             parts.append(f"{int(number('train/skipped_steps') or 0)} update steps skipped (non-finite)")
         seconds = sum(number(k) or 0.0 for k in ("time/rollout_s", "time/credit_s", "time/update_s"))
