@@ -13,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from milegpo.run_folder import write_atomic
+
 #: the vendored files inlined into every report (vendor/README.md: package, version, source)
 VENDOR_SCRIPTS = ("cytoscape.min.js", "uPlot.iife.min.js")
 VENDOR_STYLES = ("uPlot.min.css",)
@@ -70,16 +72,7 @@ def write_html(html: str, out: str | os.PathLike) -> Path:
     if out.is_dir():
         raise IsADirectoryError(f"--out {str(out)!r} is a folder: name the HTML file to write")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(html)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_atomic(out, html)
     return out
 
 
