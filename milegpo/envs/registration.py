@@ -226,8 +226,9 @@ def user_module_error(module: str, what: str, exc: ImportError) -> UnknownEnvErr
     """The one-line error for a user's ``module`` that :func:`import_user_module` could not import (``what``
     says whose module it is): where it was looked for, and what the import raised."""
     missing = isinstance(exc, ModuleNotFoundError) and exc.name == module.split(".")[0]
-    folders = " or ".join(dict.fromkeys([os.getcwd(), *_module_dirs]))
-    where = f" from the installed packages or {folders}" if missing else ""
+    others = [folder for folder in _module_dirs if folder != os.getcwd()]
+    also = f" or {' or '.join(others)}" if others else ""
+    where = f" from the installed packages or the working directory {os.getcwd()}{also}" if missing else ""
     return UnknownEnvError(f"cannot import {module!r}, {what},{where} ({type(exc).__name__}: {exc})")
 
 
