@@ -240,21 +240,19 @@ def test_the_tiny_models_vocabulary_holds_what_the_program_shows(tmp_path: Path)
     assert all(w in words for w in ("visit", "hall", "Turn 2", "garden", "extra"))
 
 
-def test_a_request_costs_milliseconds_not_a_delayed_ack() -> None:
-    """The server's socket names TCP, so asyncio turns Nagle's algorithm off: a small request and its reply do
-    not wait ~40 ms for a delayed ACK (40 steps took ~2 s before, ~0.1 s after)."""
-    async def chatty(client: openai.AsyncOpenAI, task: str) -> float:
-        for _ in range(41):
-            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": task}])
-        return 0.0
+def test_a_request_does_not_wait_for_a_delayed_ack() -> None:
+    """The endpoint's listening socket names TCP, so asyncio turns Nagle's algorithm off on its connections: a small
+    request and its reply do not wait ~40 ms for a delayed ACK (40 agent steps took ~2 s before, ~0.1 s after:
+    benchmarks/agent_rollouts.py). Checked on the socket itself, not by timing."""
+    import socket
 
-    env = AgentEnv(chatty, ["hi"], max_episode_steps=100)
-    env.reset(seed=0)
-    started = time.perf_counter()
-    for _ in range(40):
-        env.step("ok")
-    assert time.perf_counter() - started < 1.0
-    env.close()
+    from milegpo.serve.server import bind
+
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
 
 
 def test_an_episode_cut_at_its_step_limit_cancels_its_program_and_answers_its_open_request() -> None:
@@ -297,19 +295,23 @@ def test_check_env_finds_nothing_wrong_with_the_examples_agent() -> None:
 
 def test_the_programs_of_a_batch_get_their_replies_at_once(agent_model: str) -> None:
     """With the envs in the policy's process, each reply reaches its program as soon as it is sampled: four programs
-    whose moves each await a 0.5 s tool are stepped in about 0.5 s, not 4 x 0.5 s one env after the other."""
-    async def slow_tool(client: openai.AsyncOpenAI, task: str) -> float:
+    that each wait, after their first reply, until all four have theirs (a tool that needs the others' moves) all
+    go on to their second request. Stepped one env after the other, the first would wait for the others' replies
+    in vain and end with a timeout."""
+    barrier = asyncio.Barrier(4)
+
+    async def waits_for_the_others(client: openai.AsyncOpenAI, task: str) -> float:
         for turn in range(2):
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"{task} {turn}"}])
-            await asyncio.sleep(0.5)
+            if turn == 0:
+                await asyncio.wait_for(barrier.wait(), timeout=60)
         return 1.0
 
     policy = make_policy(agent_model)
-    env = make_vec_env(lambda: AgentEnv(slow_tool, ["hall"]), n_tasks=1, group_size=4, seed=0)
+    env = make_vec_env(lambda: AgentEnv(waits_for_the_others, ["hall"]), n_tasks=1, group_size=4, seed=0)
     env.reset()
     samples = policy.act(list(env.observations), env.reset_infos, [[] for _ in range(4)])
-    started = time.perf_counter()
     _, _, dones, infos = env.step([s.text for s in samples])
-    assert time.perf_counter() - started < 1.5 and not dones.any()
+    assert not dones.any() and not any(info.get("env_error") for info in infos)
     assert all(info["agent_request"]["messages"][0]["content"] == "hall 1" for info in infos)
     env.close()
