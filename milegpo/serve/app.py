@@ -24,11 +24,10 @@ from milegpo.serve.errors import APIError, error_body
 from milegpo.serve.response import completion_body, stream_events
 
 
-def build_app(engine: ChatEngine) -> FastAPI:
-    """The ASGI app serving ``engine`` (run it with uvicorn, or call it with ``fastapi.testclient``)."""
-    app = FastAPI(title="milegpo serve", docs_url=None, redoc_url=None, openapi_url=None)
-    created = int(time.time())
-    card = {"id": engine.name, "object": "model", "created": created, "owned_by": "milegpo"}
+def openai_app(title: str) -> FastAPI:
+    """A FastAPI app whose errors are OpenAI's JSON: an :class:`APIError` as raised, an unknown path or wrong
+    method as its 404/405 (shared by ``milegpo serve`` and the agent server)."""
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -37,6 +36,24 @@ def build_app(engine: ChatEngine) -> FastAPI:
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:  # unknown path, wrong method
         return JSONResponse(error_body(str(exc.detail), exc.status_code), status_code=exc.status_code)
+
+    return app
+
+
+async def json_body(http: Request) -> Any:
+    """The request's JSON body; a 400 :class:`APIError` when it is not UTF-8, not JSON, or nested past the
+    decoder's limit."""
+    try:
+        return json.loads(await http.body())
+    except (ValueError, RecursionError) as exc:
+        raise APIError(f"the request body is not valid JSON ({exc})") from None
+
+
+def build_app(engine: ChatEngine) -> FastAPI:
+    """The ASGI app serving ``engine`` (run it with uvicorn, or call it with ``fastapi.testclient``)."""
+    app = openai_app("milegpo serve")
+    created = int(time.time())
+    card = {"id": engine.name, "object": "model", "created": created, "owned_by": "milegpo"}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -51,11 +68,7 @@ def build_app(engine: ChatEngine) -> FastAPI:
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(http: Request) -> dict[str, Any] | StreamingResponse:
-        try:
-            body = json.loads(await http.body())
-        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the decoder's limit
-            raise APIError(f"the request body is not valid JSON ({exc})") from None
-        request = engine.parse(body)
+        request = engine.parse(await json_body(http))
         try:
             generation = await asyncio.get_running_loop().run_in_executor(engine.executor, engine.generate, request)
         except APIError:
