@@ -16,11 +16,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_resume import milegpo, train_until_killed
 
 from milegpo.algos.checkpoint import read_config
 from milegpo.credit import StepBatch
@@ -54,10 +54,6 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
-def milegpo(*args: str) -> list[str]:
-    return [sys.executable, "-m", "milegpo", *args, "--no-progress-bar"]
-
-
 def environment() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -76,20 +72,6 @@ def assert_same_kept_files(run: Path, reference: Path) -> None:
         for field in dataclasses.fields(StepBatch):
             assert np.array_equal(getattr(other, field.name), getattr(batch, field.name)), (name, field.name)
     assert load_step_batch(run / "last_batch.npz")[1] == load_step_batch(reference / "last_batch.npz")[1]
-
-
-def train_until_killed(run_dir: Path, args: list[str], min_rows: int, timeout: float = 300) -> int:
-    """Start `milegpo train`, SIGKILL it once progress.csv has ``min_rows`` rows; its return code."""
-    process = subprocess.Popen(milegpo("train", *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env=environment())
-    progress, deadline = run_dir / "progress.csv", time.monotonic() + timeout
-    while process.poll() is None and time.monotonic() < deadline:
-        if progress.exists() and progress.read_text().count("\n") > min_rows:
-            process.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    process.wait(timeout=60)
-    return process.returncode
 
 
 def train_killed_at_keep(mode: str, nth: int, args: list[str]) -> int:
@@ -121,8 +103,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_kill_9_at_any_moment_and_resume_keeps_the_same_batches(reference: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    assert train_until_killed(run, new_run_args(tmp_path), min_rows=8) == -signal.SIGKILL
-    assert train_until_killed(run, ["--resume", str(run)], min_rows=17) == -signal.SIGKILL
+    assert train_until_killed(run, new_run_args(tmp_path), min_rows=8, timeout=300) == -signal.SIGKILL
+    assert train_until_killed(run, ["--resume", str(run)], min_rows=17, timeout=300) == -signal.SIGKILL
     finish(run)
     assert_same_kept_files(run, reference)
 
