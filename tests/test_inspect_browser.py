@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from milegpo.credit import CREDIT_METHODS, StepBatch, build_task_graph, compute_credit, make_credit_config
-from milegpo.credit.batch import save_step_batch
+from milegpo.credit import CREDIT_METHODS, build_task_graph, compute_credit, make_credit_config
 from milegpo.inspect import kept_iterations, load_kept, write_report
 from milegpo.inspect.graphview import trajectory_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from inspect_report import big_run  # noqa: E402  the benchmark's large run: one group of N distinct states
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -198,17 +200,6 @@ def test_the_screenshot_is_written_and_not_blank(page: Page, tmp_path: Path):
         pixels = np.asarray(graph).reshape(-1, 3)
     assert (pixels < 240).any(axis=1).mean() > 0.01  # more than the white background
     assert len(np.unique(pixels, axis=0)) > 50  # states, transitions, labels in several colours
-
-
-def big_run(folder: Path, states: int) -> Path:
-    """A run folder whose one group visits ``states`` distinct states (40 trajectories, one success)."""
-    per = states // 40
-    paths = [[f"s{k}-{t}" if t else "start" for t in range(per + 1)] for k in range(40)]
-    paths[0].append("won")
-    batch = StepBatch.from_trajectories(paths, success=[k == 0 for k in range(40)])
-    folder.mkdir()
-    save_step_batch(batch, folder / "last_batch.npz", {"iteration": 1, "method": "milegpo"})
-    return folder
 
 
 def test_a_group_of_1500_states_is_drawn_300_at_a_time(browser: Any, tmp_path: Path):
