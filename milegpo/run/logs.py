@@ -37,6 +37,7 @@ from milegpo.run_folder import (
     PREVIOUS_PREFIX,
     PROGRESS_FILE,
     kept_batch_iteration,
+    write_atomic,
 )
 
 #: the progress.csv column holding the iteration (0: the untrained policy's evaluation)
@@ -168,7 +169,7 @@ def _rollback_csv(path: Path, iteration: int) -> int:
     if lines and not lines[-1].endswith("\n"):  # killed while writing a row
         lines.pop()
     if not lines:
-        _write_atomic(path, "")
+        write_atomic(path, "")
         return 0
     header = next(csv.reader([lines[0]]))
     kept, dropped = [lines[0]], 0
@@ -180,7 +181,7 @@ def _rollback_csv(path: Path, iteration: int) -> int:
             kept.append(line)
         else:
             dropped += 1
-    _write_atomic(path, "".join(kept))
+    write_atomic(path, "".join(kept))
     return dropped
 
 
@@ -195,7 +196,7 @@ def _rollback_jsonl(path: Path, iteration: int) -> int:
             kept.append(line)
         else:
             dropped += 1
-    _write_atomic(path, "".join(kept))
+    write_atomic(path, "".join(kept))
     return dropped
 
 
@@ -229,11 +230,3 @@ def _as_int(value: str | None) -> int | None:
     except ValueError:
         return None
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
