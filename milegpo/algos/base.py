@@ -569,13 +569,15 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
         if os.fspath(path).endswith(".zip"):
             raise ValueError(f"milegpo checkpoints are folders (LoRA adapter, optimizer state, JSON), not SB3 zip "
                              f"files: save to {os.fspath(path)[:-4]!r} instead of {os.fspath(path)!r}")
+        memory = self.rollout_state.credit_memory
         state = persistence.RunState(
             algorithm=type(self).__name__, algo=self.config,
             policy_class=persistence.policy_class_name(self.policy_class, self.policy_aliases),
             policy_config=self.policy_config, stats_window_size=self._stats_window_size,
             base_model=persistence.base_model_fingerprint(self.policy.model.config, self.policy_config),
             counters=self.training_counters(), seed=self.seed, task_seed_base=self.task_seed_base,
-            minibatch_rng=dict(self._rng.bit_generator.state))
+            minibatch_rng=dict(self._rng.bit_generator.state),
+            credit_memory=None if memory is None else memory.to_dict())
         in_flight = self._in_flight is not None or self._behaviour_pending
         persistence.save_checkpoint(path, state, self.policy, self.optimizer, self._behaviour if in_flight else None)
 
@@ -617,6 +619,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             model._behaviour_pending = True
         if saved.minibatch_rng is not None:
             model._rng.bit_generator.state = saved.minibatch_rng
+        model.rollout_state.credit_memory = saved.credit_memory
         model.ep_info_buffer = deque(maxlen=model._stats_window_size)
         model.ep_success_buffer = deque(maxlen=model._stats_window_size)
         return model

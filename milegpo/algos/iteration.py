@@ -34,7 +34,8 @@ from milegpo.algos.errors import TrainingError
 from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes, play_episodes_async
 from milegpo.algos.run_outputs import write_credit_outputs
 from milegpo.contracts import ActingPolicy
-from milegpo.credit import CreditConfig
+from milegpo.credit import CreditConfig, CreditResult, MileGPOConfig, StepBatch
+from milegpo.credit.memory import MilestoneMemory, TaskCounts, remembered_credit
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 logger = logging.getLogger(__name__)
@@ -95,10 +96,13 @@ class RolloutState:
 
     :param lost_rollouts: rollouts in a row whose every episode ended in an env error.
     :param log: the last rollout's logged values (rollout/*, time/*, credit/*).
+    :param credit_memory: MileGPO's milestone memory after the last rollout (credit ``memory_half_life > 0``;
+        None before the first, or without it). Checkpoints keep it.
     """
 
     lost_rollouts: int = 0
     log: dict[str, float] = field(default_factory=dict)
+    credit_memory: MilestoneMemory | None = None
 
 
 @dataclass(frozen=True)
@@ -193,15 +197,28 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
     """
     started = time.perf_counter()
     credit = None
+    remembering = uses_memory(plan.credit_config)
+    memory = (state.credit_memory or MilestoneMemory()) if remembering else None
+    observed: list[tuple[int, TaskCounts]] = []
     if buffer.num_steps:  # none: every env failed at reset (stopped below, once all ranks know)
-        credit = buffer.compute_credit(plan.credit_method, plan.credit_config)
+        if memory is not None:
+            assert isinstance(plan.credit_config, MileGPOConfig)
+            credit, observed = remembered_credit(buffer.step_batch(), plan.credit_config, memory,
+                                                 group_task_keys(buffer))
+            buffer.credit, buffer.advantages = credit, np.asarray(credit.advantages, dtype=np.float64)
+        else:
+            credit = buffer.compute_credit(plan.credit_method, plan.credit_config)
     credit_time = time.perf_counter() - started
     # env steps of all ranks (every rank then agrees on when learn() ends)
     steps = int(distributed.all_reduce_sum([collected.local_steps], plan.world)[0])
     stats = distributed.reduce_rollout_stats(buffer.stats(), plan.world)
     check_rollout_lost(state, stats, buffer, env)
-    batch, credit = distributed.global_credit(plan.credit_method, plan.credit_config, buffer.batch, credit,
-                                              env.n_tasks, plan.world)
+    if memory is not None:
+        batch, credit = remembered_global_credit(plan, buffer.batch, group_task_keys(buffer), credit, observed,
+                                                 memory, state, env.n_tasks)
+    else:
+        batch, credit = distributed.global_credit(plan.credit_method, plan.credit_config, buffer.batch, credit,
+                                                  env.n_tasks, plan.world)
     state.log = collected.meter.log(stats, collected.seconds, credit_time)
     if credit is not None:
         state.log.update(credit.log_values())
@@ -211,6 +228,52 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
         observations = buffer.step_observations() if not plan.world.distributed else None
         write_credit_outputs(run_logger, credit, batch, meta, stats["success_rate"], plan.credit_config, observations)
     return steps
+
+
+def uses_memory(config: CreditConfig) -> bool:
+    """Whether the credit is MileGPO's with the milestone memory (``memory_half_life > 0``)."""
+    return isinstance(config, MileGPOConfig) and config.memory_half_life > 0
+
+
+def group_task_keys(buffer: TextRolloutBuffer) -> dict[int, int]:
+    """The memory's key of each of the buffer's groups (its batch's task ids): the group's task seed,
+    which names the same task in every iteration (the group index does not)."""
+    return {traj.group: traj.task_seed for traj in buffer.trajectories}
+
+
+def remembered_global_credit(plan: RolloutPlan, batch: StepBatch | None, task_keys: dict[int, int],
+                             credit: CreditResult | None, observed: list[tuple[int, TaskCounts]],
+                             memory: MilestoneMemory, state: RolloutState,
+                             groups_per_rank: int) -> tuple[StepBatch | None, CreditResult | None]:
+    """:func:`milegpo.algos.distributed.global_credit` with the milestone memory, and the memory advanced
+    (``state.credit_memory``).
+
+    :param batch: this rank's batch (``credit`` None: it had no steps).
+    :param task_keys: the memory's key of each of its task ids (:func:`group_task_keys`).
+    :param credit: this rank's credit, from :func:`milegpo.credit.memory.remembered_credit` with ``memory``.
+    :param observed: the batch's own counts, which that call returned.
+
+    With several ranks, every rank's observed counts are gathered on every rank (rank order) and each
+    advances the same memory by them: the memories stay equal and are what one process with every group
+    would hold. Rank 0 credits the merged batch with the memory read by every rank, for its logs (the
+    advantages each rank trains on are the same either way: credit is per task)."""
+    assert isinstance(plan.credit_config, MileGPOConfig)
+    world = plan.world
+    if not world.distributed:
+        state.credit_memory = memory.advance(observed, plan.credit_config)
+        return batch, credit
+    gathered = distributed.all_gather_objects(observed, world)
+    state.credit_memory = memory.advance([pair for part in gathered for pair in part], plan.credit_config)
+    mine = (batch, task_keys) if credit is not None else None
+    parts = [(rank, part) for rank, part in enumerate(distributed.gather_to_main(mine, world) or [])
+             if part is not None]
+    if not parts:
+        return None, None
+    merged = distributed.merge_step_batches([batch for _, (batch, _) in parts], groups_per_rank)
+    # merge_step_batches offsets the task ids by the rank's position among the non-empty batches
+    keys = {position * groups_per_rank + group: key for position, (_, (_, part_keys)) in enumerate(parts)
+            for group, key in part_keys.items()}
+    return merged, remembered_credit(merged, plan.credit_config, memory, keys)[0]
 
 
 def check_rollout_lost(state: RolloutState, stats: dict[str, float], buffer: TextRolloutBuffer,

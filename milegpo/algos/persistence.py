@@ -27,6 +27,7 @@ from milegpo.algos.counters import TrainingCounters
 from milegpo.config import AlgoConfig, PolicyConfig
 from milegpo.config.fields import from_dict, to_dict, with_overrides
 from milegpo.config.policy import absolute_model_path
+from milegpo.credit import MilestoneMemory
 
 
 class AdapterHolder(Protocol):
@@ -45,6 +46,8 @@ class RunState:
     :param policy_class: an alias of the algorithm's ``policy_aliases`` or ``module:qualname``.
     :param base_model: :func:`base_model_fingerprint` of the policy's base model.
     :param minibatch_rng: the state of the update's minibatch generator.
+    :param credit_memory: MileGPO's milestone memory (:meth:`milegpo.credit.MilestoneMemory.to_dict`),
+        None without one.
     """
 
     algorithm: str
@@ -57,6 +60,7 @@ class RunState:
     seed: int | None
     task_seed_base: int
     minibatch_rng: dict[str, Any]
+    credit_memory: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +70,8 @@ class SavedRun:
     ``algo`` has the caller's overrides applied; ``policy_class`` is an alias or the imported
     class; ``task_seed_base`` and ``minibatch_rng`` are None in a checkpoint without them;
     ``behaviour_adapter`` is the folder of the adapter that samples the rollout that was in flight
-    (``algo.max_staleness=1``), None when none was.
+    (``algo.max_staleness=1``), None when none was; ``credit_memory`` MileGPO's milestone memory, None
+    when the run had none.
     """
 
     path: Path
@@ -80,6 +85,7 @@ class SavedRun:
     task_seed_base: int | None
     minibatch_rng: dict[str, Any] | None
     behaviour_adapter: Path | None
+    credit_memory: MilestoneMemory | None = None
 
 
 def policy_class_name(policy_class: type, aliases: Mapping[str, type]) -> str:
@@ -102,6 +108,7 @@ def checkpoint_config(state: RunState) -> dict[str, Any]:
         "counters": dataclasses.asdict(state.counters),
         "seeds": {"seed": state.seed, "task_seed_base": state.task_seed_base},
         "rng": {"minibatch": state.minibatch_rng},
+        "credit_memory": state.credit_memory,
     }
 
 
@@ -165,13 +172,17 @@ def read_saved_run(path: str | os.PathLike, algorithm: str, aliases: Mapping[str
     seeds = config.get("seeds", {})
     task_seed_base = seeds.get("task_seed_base")
     behaviour = path / ckpt.BEHAVIOUR_ADAPTER_DIR
+    try:
+        memory = None if config.get("credit_memory") is None else MilestoneMemory.from_dict(config["credit_memory"])
+    except ValueError as exc:
+        raise ckpt.CheckpointError(f"checkpoint {str(path)!r}: {exc}") from None
     return SavedRun(path=path, algo=with_overrides(AlgoConfig, config["algo"], overrides, "algo"),
                     policy_class=policy_class, policy_config=saved_policy,
                     stats_window_size=int(config.get("stats_window_size", 100)), base_model=saved_fingerprint,
                     counters=counters, seed=seeds.get("seed"),
                     task_seed_base=None if task_seed_base is None else int(task_seed_base),
                     minibatch_rng=config.get("rng", {}).get("minibatch"),
-                    behaviour_adapter=behaviour if behaviour.is_dir() else None)
+                    behaviour_adapter=behaviour if behaviour.is_dir() else None, credit_memory=memory)
 
 
 def load_weights(saved: SavedRun, fingerprint: dict[str, Any], policy: AdapterHolder,

@@ -31,6 +31,7 @@ from milegpo.credit.graph import TaskGraph, build_task_graph
 from milegpo.credit.graphgpo import GraphGPOConfig
 from milegpo.credit.grpo import GRPOConfig
 from milegpo.credit.hgpo import HGPOConfig
+from milegpo.credit.memory import MilestoneMemory, milegpo_with_memory, remembered_credit
 from milegpo.credit.milegpo import MileGPOConfig, MilestoneEvidence, milestone_evidence
 from milegpo.credit.rloo import RLOOConfig
 
@@ -39,4 +40,5 @@ __all__ = [
     "StepBatch", "CreditResult", "CreditConfig", "GRPOConfig", "RLOOConfig", "GiGPOConfig", "HGPOConfig",
     "GraphGPOConfig", "MileGPOConfig", "GAGPOConfig", "G2POConfig",
     "TaskGraph", "build_task_graph", "MilestoneEvidence", "milestone_evidence",
+    "MilestoneMemory", "remembered_credit", "milegpo_with_memory",
 ]

@@ -47,6 +47,7 @@ graph whose components never connect.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -364,6 +365,22 @@ class TaskGraph(TaskGroups):
     @property
     def edge_task(self) -> np.ndarray:
         return self.node_task[self.edge_src]
+
+    def with_counts(self, task_n_traj: np.ndarray, task_n_succ: np.ndarray, node_n_traj: np.ndarray,
+                    node_n_succ: np.ndarray, node_n_revisit: np.ndarray, edge_n_traj: np.ndarray,
+                    edge_n_succ: np.ndarray) -> TaskGraph:
+        """The same graph (nodes, edges, distances, start and goal nodes) with other visit counts, e.g.
+        the group's own plus those remembered from earlier iterations (:mod:`milegpo.credit.memory`);
+        counts may be fractional (decayed). The distances and the reversed edges already computed are
+        shared, not searched again: they depend on the structure only."""
+        counted = dataclasses.replace(self, task_n_traj=task_n_traj, task_n_succ=task_n_succ,
+                                      node_n_traj=node_n_traj, node_n_succ=node_n_succ,
+                                      node_n_revisit=node_n_revisit, edge_n_traj=edge_n_traj,
+                                      edge_n_succ=edge_n_succ)
+        for structural in ("_distances", "_reversed_edges", "node_key"):  # cached_property values
+            if structural in self.__dict__:
+                counted.__dict__[structural] = self.__dict__[structural]
+        return counted
 
     def task_max(self, node_values: np.ndarray, initial: float = 0.0) -> np.ndarray:
         """(Q,) per-task maximum of a per-node array (``initial`` for an empty max)."""

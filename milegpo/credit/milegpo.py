@@ -84,9 +84,11 @@ re-score and is off too), ``pcc=False`` (:math:`\Phi^+ = \Phi_R^+`), ``bcc=False
 :math:`\tilde\psi > 0` keeps nothing), ``traps=False`` (:math:`\delta^- \equiv 0`),
 ``eta=0`` (GraphGPO).
 
-One opt-in of ours, off by default: ``shape_failed_tasks=False`` leaves tasks in which no
+Two opt-ins of ours, off by default: ``shape_failed_tasks=False`` leaves tasks in which no
 trajectory succeeded unshaped (their GraphGPO step credit is zero; the paper's trap
-potential still shapes them).
+potential still shapes them); ``memory_half_life > 0`` is the milestone memory
+(:mod:`milegpo.credit.memory`): the counts MD, RCS and PCC read also hold the task's earlier
+groups, decayed.
 """
 
 from __future__ import annotations
@@ -149,6 +151,14 @@ class MileGPOConfig(GraphGPOConfig):
         exactly zero (every state is equally far from a goal nobody reached) and only the trap
         potential would move the policy.
     :param diagnostics_top_k: milestones / traps per task listed in the diagnostics.
+    :param memory_half_life: **(ours, opt-in)** milestone memory (:mod:`milegpo.credit.memory`): the
+        visit counts MD, RCS and PCC read are the group's own plus those of the task's earlier groups,
+        weighed by :math:`2^{-\text{age} / h}` (age in iterations); ``0`` (the default) is the paper's
+        MileGPO, ``inf`` never forgets. Needs the memory carried across iterations
+        (:func:`milegpo.credit.memory.remembered_credit`; the trainer does it).
+    :param memory_max_states: the most states (and as many edges) the memory keeps per task, the
+        most visited first.
+    :param memory_max_tasks: the most tasks the memory keeps; the least recently seen are dropped.
     """
 
     omega: float = 0.20
@@ -178,13 +188,19 @@ class MileGPOConfig(GraphGPOConfig):
     traps: bool = True
     shape_failed_tasks: bool = True
     diagnostics_top_k: int = 3
+    memory_half_life: float = 0.0
+    memory_max_states: int = 4096
+    memory_max_tasks: int = 10000
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_unit(self, ("omega",))
         check_nonnegative(self, ("gamma_phi", "lam", "w_plus", "w_minus", "w_s", "w_m", "w_c", "w_f", "w_l",
                                  "alpha_d", "alpha_s", "alpha_f", "w_bc", "w_pg", "w_pcc", "theta_m", "rho",
-                                 "eta", "kappa_bc", "diagnostics_top_k"))
+                                 "eta", "kappa_bc", "diagnostics_top_k", "memory_half_life"))
+        for name in ("memory_max_states", "memory_max_tasks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     @classmethod
     def preset(cls, env: str, **overrides: Any) -> MileGPOConfig:
@@ -303,11 +319,23 @@ def milestone_evidence(graph: TaskGraph, config: MileGPOConfig) -> MilestoneEvid
     )
 
 
-def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGraph | None = None) -> CreditResult:
-    """MileGPO credit for every step row of ``batch``."""
+def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGraph | None = None,
+            evidence: TaskGraph | None = None) -> CreditResult:
+    """MileGPO credit for every step row of ``batch``.
+
+    :param graph: ``batch``'s task graph, when the caller has built it.
+    :param evidence: the graph whose visit counts MD, RCS and PCC read (default ``graph``): ``graph``
+        with the counts of the milestone memory added (:func:`milegpo.credit.memory.remembered_credit`).
+        The GraphGPO term, the normalisation and the episode term always read ``graph``.
+    """
     cfg = config or MileGPOConfig()
+    if cfg.memory_half_life > 0 and evidence is None:
+        raise ValueError(f"memory_half_life={cfg.memory_half_life} needs the milestone memory of earlier iterations, "
+                         "which compute_credit does not carry: call milegpo.credit.memory.remembered_credit "
+                         "(the trainer does), or set memory_half_life=0")
     graph = graph or build_task_graph(batch, batch.success_mask(cfg.success_threshold))
-    ev = milestone_evidence(graph, cfg)
+    counted = graph if evidence is None else evidence
+    ev = milestone_evidence(counted, cfg)
     src, dst = graph.row_src, graph.row_dst
     delta_plus = np.maximum(cfg.gamma_phi * cfg.w_plus * ev.phi_plus[dst] - cfg.w_plus * ev.phi_plus[src], 0.0)
     delta_minus = np.maximum(cfg.gamma_phi * cfg.w_minus * ev.phi_minus[dst] - cfg.w_minus * ev.phi_minus[src], 0.0)
@@ -328,7 +356,7 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
         **step_group_diagnostics(graph),
         **graph_diagnostics(graph),
         **tie_statistics(batch, graph, r_m),
-        **_milestone_diagnostics(graph, ev, cfg.diagnostics_top_k),
+        **_milestone_diagnostics(counted, ev, cfg.diagnostics_top_k),
         "shaping_min": float(shaping.min(initial=0.0)),
         "shaping_max": float(shaping.max(initial=0.0)),
         "frac_steps_shaped": float(np.mean(shaping != 0)) if len(shaping) else 0.0,
@@ -353,16 +381,18 @@ def _milestone_diagnostics(graph: TaskGraph, ev: MilestoneEvidence, top_k: int) 
     if top_k == 0:
         return out
     n_fail = graph.node_n_traj - graph.node_n_succ
+    # counts are whole numbers, or fractional where the milestone memory's decayed counts are added
+    count = int if np.issubdtype(graph.node_n_traj.dtype, np.integer) else float
     # (name, values, type): the fields of each listed node, read column by column (one list per field,
     # not one numpy scalar per node and field: ~6,600 nodes for 1,100 tasks)
     milestone_fields = (("score", ev.score0, float), ("score_pcc", ev.score_pcc, float),
                         ("weight", ev.weight_plus, float), ("kept", ev.keep, bool), ("lift", ev.lift, float),
                         ("coverage", ev.coverage, float), ("centrality", ev.centrality, float),
                         ("bcc", ev.bcc, float), ("progress", ev.psi_tilde, float),
-                        ("n_success", graph.node_n_succ, int), ("n_visits", graph.node_n_traj, int),
+                        ("n_success", graph.node_n_succ, count), ("n_visits", graph.node_n_traj, count),
                         ("d_goal", graph.dist_to_goal, float))
-    trap_fields = (("score", ev.score_trap, float), ("weight", ev.weight_minus, float), ("n_fail", n_fail, int),
-                   ("n_revisit", graph.node_n_revisit, int))
+    trap_fields = (("score", ev.score_trap, float), ("weight", ev.weight_minus, float), ("n_fail", n_fail, count),
+                   ("n_revisit", graph.node_n_revisit, count))
     listings = ((np.flatnonzero(ev.milestone), ev.weight_plus, out["milestones"], milestone_fields),
                 (np.flatnonzero(ev.trap), ev.score_trap, out["traps"], trap_fields))
     for nodes, key, sink, fields in listings:
