@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from milegpo.envs.core import TextEnv
@@ -100,8 +101,15 @@ SPLITS = {
 
 
 # ----------------------------------------------------------------- generator
+@lru_cache(maxsize=4096)
 def generate_layout(split: str, index: int) -> Layout:
-    """The task ``index`` of ``split``: deterministic, solvable within :data:`MAX_OPTIMAL_STEPS`."""
+    """The task ``index`` of ``split``: deterministic, solvable within :data:`MAX_OPTIMAL_STEPS`.
+
+    A pure function of its two arguments (the splits' specs are constants), so the process keeps the
+    last 4096 results, shared by every env of the process: drawing a task means a BFS solve of each
+    drawn candidate, which cost a rollout about a quarter of its env time when each reset redid it. The
+    layout is immutable, so sharing it is safe.
+    """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     offset = SPLITS[split].seed_offset
@@ -225,7 +233,9 @@ class HouseEnv(TextEnv):
         self.task_index = 0
         self.layout = generate_layout(split, 0)
         self.state = initial_state(self.layout)
-        self._cache: dict[int, Layout] = {0: self.layout}
+        # the commands of the last state asked about: a step checks its action against the commands of the
+        # state that the previous step's info listed (the same state object, the same layout)
+        self._commands_of: tuple[Layout, State, list[str]] | None = None
 
     @staticmethod
     def vocabulary() -> list[str]:
@@ -235,11 +245,7 @@ class HouseEnv(TextEnv):
 
     def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         index = int(self.np_random.integers(self.num_tasks)) if seed is None else seed % self.num_tasks
-        if index not in self._cache:
-            if len(self._cache) > 256:
-                self._cache.clear()
-            self._cache[index] = generate_layout(self.split, index)
-        self.task_index, self.layout = index, self._cache[index]
+        self.task_index, self.layout = index, generate_layout(self.split, index)
         self.state = initial_state(self.layout)
         observation = f"{self.layout.task} {describe(self.layout, self.state)}"
         return observation, {"task": self.layout.task, "task_index": index, "split": self.split}
@@ -250,7 +256,11 @@ class HouseEnv(TextEnv):
         return observation, 10.0 if self.state.won else 0.0, self.state.won, {"won": self.state.won}
 
     def admissible_commands(self) -> list[str]:
-        return admissible(self.layout, self.state)
+        """The commands valid in the current state (a fresh list each call; computed once per state)."""
+        kept = self._commands_of
+        if kept is None or kept[0] is not self.layout or kept[1] is not self.state:
+            kept = self._commands_of = (self.layout, self.state, admissible(self.layout, self.state))
+        return list(kept[2])
 
     def state_key(self) -> str:
         """The true state (not the text): location, pit progress, objects, doors, containers."""

@@ -13,6 +13,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 # ------------------------------------------------------------------ vocabulary
 ROOMS = ("hall", "kitchen", "library", "bedroom", "bathroom", "cellar", "attic", "garden",
@@ -107,6 +108,32 @@ class Layout:
         """A hashable identity of the task (used to check that splits are disjoint)."""
         return (self.rooms, self.edges, self.places, self.containers, self.treasure, self.task_type, self.target)
 
+    # What depends on the layout alone, computed on first use and kept on the (immutable) layout: every
+    # step, description and search node of an episode asks for them, and they never change in it.
+    @cached_property
+    def exit_table(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
+        """Each room's exits ``(room, kind, edge index)``, sorted by room: both ends of an edge, except that
+        a heavy door only leads into its trap room (a door's lock state is the :class:`State`'s, not here)."""
+        table: dict[str, list[tuple[str, str, int]]] = {}
+        for index, edge in enumerate(self.edges):
+            table.setdefault(edge.a, []).append((edge.b, edge.kind, index))
+            if edge.kind != "heavy" and edge.b != edge.a:
+                table.setdefault(edge.b, []).append((edge.a, edge.kind, index))
+        return {room: tuple(sorted(exits)) for room, exits in table.items()}
+
+    @cached_property
+    def containers_by_room(self) -> dict[str, tuple[str, ...]]:
+        """Each room's containers, sorted."""
+        table: dict[str, list[str]] = {}
+        for container, room in self.containers:
+            table.setdefault(room, []).append(container)
+        return {room: tuple(sorted(names)) for room, names in table.items()}
+
+    @cached_property
+    def trap_rooms(self) -> frozenset[str]:
+        """The rooms behind a heavy door (an absorbing dead end)."""
+        return frozenset(e.b for e in self.edges if e.kind == "heavy")
+
 
 @dataclass(frozen=True)
 class State:
@@ -151,18 +178,13 @@ def _listing(phrases: list[str]) -> str:
     return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
 
 
-def _exits(layout: Layout, state: State) -> list[tuple[str, str, int]]:
-    """``(room, kind, edge index)`` of each exit of the current room, sorted by room."""
-    here, exits = state.location, []
-    for index, edge in enumerate(layout.edges):
-        if here not in (edge.a, edge.b) or (edge.kind == "heavy" and here == edge.b):
-            continue
-        exits.append((edge.b if here == edge.a else edge.a, edge.kind, index))
-    return sorted(exits)
+def _exits(layout: Layout, state: State) -> tuple[tuple[str, str, int], ...]:
+    """``(room, kind, edge index)`` of each exit of the current room, sorted by room (none from the pit)."""
+    return layout.exit_table.get(state.location, ())
 
 
-def _containers_here(layout: Layout, room: str) -> list[str]:
-    return sorted(c for c, r in layout.containers if r == room)
+def _containers_here(layout: Layout, room: str) -> tuple[str, ...]:
+    return layout.containers_by_room.get(room, ())
 
 
 def _visible(layout: Layout, state: State) -> list[str]:
@@ -176,7 +198,7 @@ def _closed(layout: Layout, state: State) -> frozenset[str]:
 
 
 def _is_trap(layout: Layout, room: str) -> bool:
-    return any(e.kind == "heavy" and e.b == room for e in layout.edges)
+    return room in layout.trap_rooms
 
 
 def describe(layout: Layout, state: State) -> str:
