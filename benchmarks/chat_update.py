@@ -19,11 +19,23 @@ tokenizer, so one word is one token): on the CPU SmolLM2-135M updates about 100 
 for the per-turn runs at 128 envs. The ratio follows the tokens and attention each way processes,
 which the tiny model has in the same proportion; its absolute times are not a real model's.
 
+``--buffer rollout`` fills the buffer with a real rollout instead: ``model.learn`` plays one iteration of
+the House envs (``max_episode_steps = T``, replies of up to 24 sampled tokens), and ``train()`` is then
+timed on that buffer. Its prompts are built by appending the sampled ids (what ``LLMPolicy`` does); with
+``--prompts text`` each turn's prompt is re-rendered from the conversation's text instead (the way before
+token-in/token-out chat prompts): the tiny model's word-level tokenizer does not round-trip its own replies,
+so no turn then continues the one before and the one-pass scoring has nothing to share.
+
 The two ways alternate (one-pass, per-turn, one-pass, ...) on the same buffer, so a load change
 hits both; medians of wall and process CPU time; the 1-min load is recorded at each size. Results
 go to ``benchmarks/results/chat_update.{json,md}`` after every size.
 
     OMP_NUM_THREADS=1 python benchmarks/chat_update.py
+    # on real rollouts, prompts grown from ids and re-rendered from text:
+    OMP_NUM_THREADS=1 python benchmarks/chat_update.py --buffer rollout --envs 8 --turns 10 \
+        --out benchmarks/results/chat_update_rollout
+    OMP_NUM_THREADS=1 python benchmarks/chat_update.py --buffer rollout --prompts text --envs 8 --turns 10 \
+        --out benchmarks/results/chat_update_rollout_text
     # the update of an earlier commit (its worktree first on the path), then both in one table:
     OMP_NUM_THREADS=1 PYTHONPATH=/tmp/base python benchmarks/chat_update.py --ways one_pass \
         --out benchmarks/results/chat_update_before
@@ -48,10 +60,11 @@ import torch
 from stable_baselines3.common.logger import configure
 
 from milegpo import GRPO
-from milegpo.algos.buffer import TextRolloutBuffer
+from milegpo.algos.buffer import TextRolloutBuffer, continues
 from milegpo.envs import make_vec_env
 from milegpo.envs.house import HouseEnv
 from milegpo.policies import LLMPolicy, tiny_model
+from milegpo.policies.conversation import prefix_groups
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.scoring import score_rows
 
@@ -110,14 +123,29 @@ def fill(model: GRPO, turns: int, seed: int) -> None:
     buffer.compute_credit("grpo")
 
 
+def play(model: GRPO, prompts: str) -> None:
+    """The model's rollout buffer from one real iteration (``model.learn``: its rollout, credit and update),
+    the prompts appended from ids (``"ids"``) or re-rendered from text (``"text"``)."""
+    chat = model.policy.chat
+    assert chat is not None
+    if prompts == "text":
+        chat.turn_ids = None  # every prompt rendered from the conversation's text
+    model.learn(total_timesteps=1)
+
+
+def continued_turns(buffer: TextRolloutBuffer) -> dict[str, int]:
+    """Of the buffer's turns after a trajectory's first, how many continue the turn before (prompt + reply)."""
+    assert buffer.batch is not None
+    samples, traj = buffer.samples, buffer.batch.traj_ids
+    pairs = [(a, b) for r, (a, b) in enumerate(zip(samples, samples[1:])) if traj[r] == traj[r + 1]]
+    return {"turns": len(pairs), "continued": sum(continues(a, b) for a, b in pairs)}
+
+
 def forward_tokens(buffer: TextRolloutBuffer) -> dict[str, int]:
-    """Tokens each way runs through the model (over the whole buffer, conversations whole)."""
-    samples = buffer.samples
-    per_turn = sum(len(s.prompt_ids) + len(s.action_ids) for s in samples)
-    last = {}
-    for traj, s in zip(buffer.batch.traj_ids if buffer.batch is not None else [], samples):
-        last[int(traj)] = len(s.prompt_ids) + len(s.action_ids)
-    return {"per_turn": per_turn, "one_pass": sum(last.values())}
+    """Tokens each way runs through the model (over the whole buffer): every turn on its own, or one pass over
+    each conversation's longest sample (:func:`~milegpo.policies.conversation.prefix_groups`)."""
+    sequences = [list(s.prompt_ids) + list(s.action_ids) for s in buffer.samples]
+    return {"per_turn": sum(map(len, sequences)), "one_pass": sum(len(sequences[c]) for c in prefix_groups(sequences))}
 
 
 def timed_train(model: GRPO, one_pass: bool) -> dict[str, float]:
@@ -128,20 +156,25 @@ def timed_train(model: GRPO, one_pass: bool) -> dict[str, float]:
 
 
 def run_size(model_path: str, envs: int, turns: int, repeats: int, settings: dict[str, Any],
-             ways: Sequence[str]) -> dict[str, Any]:
-    venv = make_vec_env("milegpo/House-v0", n_tasks=envs // 4, group_size=4, seed=0)
+             ways: Sequence[str], buffer: str = "written", prompts: str = "ids") -> dict[str, Any]:
+    venv = make_vec_env("milegpo/House-v0", n_tasks=envs // 4, group_size=4, seed=0,
+                        env_kwargs={"max_episode_steps": turns} if buffer == "rollout" else None)
     model = GRPO(SwitchedPolicy, venv, seed=0, device="cpu", **settings, policy_kwargs={
         "model": model_path, "mode": "generate", "prompt_format": "chat", "think": False,
-        "history_length": max(turns, 1), "max_prompt_tokens": 1 << 20, "dtype": "float32"})
+        "history_length": max(turns, 1), "max_prompt_tokens": 1 << 20, "dtype": "float32", "max_new_tokens": 24})
     model.set_logger(configure(None, []))  # train() records its statistics; nothing is written
-    fill(model, turns, seed=envs * 1000 + turns)
+    if buffer == "rollout":
+        play(model, prompts)
+    else:
+        fill(model, turns, seed=envs * 1000 + turns)
     samples: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
     load_start = os.getloadavg()[0]
     for _ in range(repeats):
         for way in ways:
             samples[way].append(timed_train(model, way == "one_pass"))
     row = {"envs": envs, "turns": turns, "rows": model.rollout_buffer.num_steps, "repeats": repeats,
-           "tokens": forward_tokens(model.rollout_buffer),
+           "tokens": forward_tokens(model.rollout_buffer), "buffer": buffer, "prompts": prompts,
+           "continued": continued_turns(model.rollout_buffer),
            "load_1min": [load_start, os.getloadavg()[0]],
            "seconds": {way: {k: statistics.median(s[k] for s in runs) for k in ("wall_s", "cpu_s")}
                        for way, runs in samples.items()},
@@ -157,18 +190,24 @@ def markdown(result: dict[str, Any], before: dict[str, Any] | None = None) -> st
     """The table of ``result``; with ``before`` (a ``--ways one_pass`` run of the code before conversations
     were kept together in the update), that update's time beside it."""
     m = result["model"]
+    source = {"written": "a buffer of E trajectories of T turns written by the benchmark",
+              "rollout": "the buffer of a real rollout of E House envs (max_episode_steps T), its prompts "
+                         + ("appended from the sampled ids" if result.get("prompts", "ids") == "ids"
+                            else "re-rendered from the conversation's text")}[result.get("buffer", "written")]
     lines = ["### The real update in chat format: one-pass against per-turn scoring", "",
-             f"`model.train()` of GRPO on a buffer of E trajectories of T turns (chat prompts, generate mode), "
+             f"`model.train()` of GRPO on {source} (chat prompts, generate mode), "
              f"tiny LM (hidden {m['hidden']}, {m['layers']} layers), batch_size {result['settings']['batch_size']}, "
              f"micro_batch_tokens {result['settings']['micro_batch_tokens']}, 1 epoch, {result['threads']} torch "
              f"thread(s) on {result['machine']['cpus']} shared cores. Medians of interleaved runs; speed-up = "
              "per-turn / one-pass.", "",
-             "| E | T | rows | tokens per-turn / one-pass | one-pass wall (CPU) s | per-turn wall (CPU) s | "
-             "speed-up wall | speed-up CPU | repeats | 1-min load |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| E | T | rows | turns continuing the one before | tokens per-turn / one-pass | one-pass wall (CPU) s | "
+             "per-turn wall (CPU) s | speed-up wall | speed-up CPU | repeats | 1-min load |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in result["runs"]:
         s = r["seconds"]
-        lines.append(f"| {r['envs']} | {r['turns']} | {r['rows']:,} | {r['tokens']['per_turn']:,} / "
+        continued = r.get("continued")
+        linked = f"{continued['continued']} / {continued['turns']}" if continued else "-"
+        lines.append(f"| {r['envs']} | {r['turns']} | {r['rows']:,} | {linked} | {r['tokens']['per_turn']:,} / "
                      f"{r['tokens']['one_pass']:,} | {s['one_pass']['wall_s']:.2f} ({s['one_pass']['cpu_s']:.2f}) | "
                      f"{s['per_turn']['wall_s']:.2f} ({s['per_turn']['cpu_s']:.2f}) | {r['speedup_wall']:.2f}x | "
                      f"{r['speedup_cpu']:.2f}x | {r['repeats']} | {r['load_1min'][0]:.1f} -> "
@@ -200,6 +239,10 @@ def main() -> None:
     parser.add_argument("--micro-batch-tokens", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ways", nargs="+", default=["one_pass", "per_turn"], choices=["one_pass", "per_turn"])
+    parser.add_argument("--buffer", choices=["written", "rollout"], default="written",
+                        help="the buffer: trajectories written here, or a real rollout of the policy")
+    parser.add_argument("--prompts", choices=["ids", "text"], default="ids",
+                        help="--buffer rollout: prompts appended from the sampled ids, or re-rendered from text")
     parser.add_argument("--out", default=str(RESULTS / "chat_update"))
     parser.add_argument("--before", type=Path, default=None,
                         help="a --ways one_pass result of the previous code: only rewrite --out's table with it")
@@ -221,10 +264,10 @@ def main() -> None:
         "settings": settings, "threads": args.threads,
         "statistic": "median wall and process CPU seconds of model.train(), one-pass and per-turn interleaved",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
-        "runs": []}
+        "buffer": args.buffer, "prompts": args.prompts, "runs": []}
     for envs in args.envs:
         for turns in args.turns:
-            row = run_size(model_path, envs, turns, args.repeats, settings, args.ways)
+            row = run_size(model_path, envs, turns, args.repeats, settings, args.ways, args.buffer, args.prompts)
             result["runs"].append(row)
             print(json.dumps(row), flush=True)
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ import torch as th
 from milegpo.algos.buffer import step_tokens
 from milegpo.contracts import ActingPolicy
 from milegpo.envs.vec_env import GroupedTextVecEnv
-from milegpo.policies.sample import ActionSample
+from milegpo.policies.sample import ActionSample, Turn
 
 
 @dataclass
@@ -77,7 +77,7 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
     :param stream_seed: sample each env's actions from its own stream (see the module docstring).
     :returns: False if ``on_step`` stopped it, else True.
     """
-    histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
+    histories: list[list[Turn]] = [[] for _ in range(env.num_envs)]
     while env.active.any():
         active = np.flatnonzero(env.active)
         start = time.perf_counter()
@@ -92,7 +92,7 @@ def play_episodes(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.ndarray,
         new_obs, rewards, dones, new_infos = env.step(actions)
         assert isinstance(new_obs, np.ndarray)  # a text vec env's observations: an object array of str
         for k, i in enumerate(active):
-            histories[i].append((str(obs[i]), policy.history_text(samples[k])))
+            histories[i].append(Turn(str(obs[i]), policy.history_text(samples[k]), samples[k]))
         if on_step(RolloutStep(active, samples, infos, rewards, dones, new_infos, policy_seconds)) is False:
             return False
         obs, infos = new_obs, new_infos
@@ -152,7 +152,7 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
     every env, as lockstep does (:class:`_Pacing`), and overlaps again once they slow down.
     """
     obs, infos = obs.copy(), list(infos)  # each env's latest, updated as its worker answers
-    histories: list[list[tuple[str, str]]] = [[] for _ in range(env.num_envs)]
+    histories: list[list[Turn]] = [[] for _ in range(env.num_envs)]
     hosted = env.worker_envs
     active = env.active
     cap = max(1, -(-int(active.sum()) // cohorts))
@@ -198,7 +198,7 @@ def play_episodes_async(policy: ActingPolicy, env: GroupedTextVecEnv, obs: np.nd
             for i, info in zip(flight.envs, flight.infos):
                 step_infos[i] = info
             for i, sample in zip(flight.envs, flight.samples):
-                histories[i].append((str(obs[i]), policy.history_text(sample)))
+                histories[i].append(Turn(str(obs[i]), policy.history_text(sample), sample))
                 obs[i], infos[i] = new_obs[i], new_infos[i]
             active = env.active
             step = RolloutStep(np.array(flight.envs), flight.samples, step_infos, rewards, dones, new_infos,

@@ -26,7 +26,7 @@ import numpy as np
 from milegpo.config.warm_start import WarmStartConfig
 from milegpo.contracts import TrainablePolicy
 from milegpo.envs.core import TextEnv
-from milegpo.policies.sample import ActionSample
+from milegpo.policies.sample import ActionSample, Turn
 
 
 def collect_demonstrations(policy: TrainablePolicy, env: TextEnv, episodes: int, epsilon: float,
@@ -42,7 +42,7 @@ def collect_demonstrations(policy: TrainablePolicy, env: TextEnv, episodes: int,
     wins, random_steps = 0, 0
     for task in range(episodes):
         observation, info = env.reset(seed=task)
-        history: list[tuple[str, str]] = []
+        history: list[Turn] = []
         done = False
         while not done:
             commands = list(info.get("admissible_commands") or [])
@@ -55,7 +55,7 @@ def collect_demonstrations(policy: TrainablePolicy, env: TextEnv, episodes: int,
                         break
                     action, random_steps = commands[int(rng.integers(len(commands)))], random_steps + 1
             samples.append(policy.demonstration(observation, info, history, action))
-            history.append((observation, policy.history_text(samples[-1])))
+            history.append(Turn(observation, policy.history_text(samples[-1]), samples[-1]))
             observation, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         wins += bool(info.get("won"))

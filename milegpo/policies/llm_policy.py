@@ -98,8 +98,8 @@ class LLMPolicy(AdapterFilesMixin):
         instructions = INSTRUCTIONS[kind]
         self.prompts = KeptPromptBuilder(self.tokenizer, config.prompt_template, instructions,
                                          config.history_length, config.max_prompt_tokens)
-        self.chat = ChatPromptBuilder(self.tokenizer, instructions, config.history_length,
-                                      config.max_prompt_tokens) if config.prompt_format == "chat" else None
+        self.chat = ChatPromptBuilder(self.tokenizer, instructions, config.history_length, config.max_prompt_tokens,
+                                      stop_ids=self.eos_ids) if config.prompt_format == "chat" else None
         self.parse = action_parser(config.action_parser, self.tokenizer)
         self._command_tokens = CandidateTokens(self.tokenizer)
         self._rng = np.random.default_rng(seed)

@@ -19,11 +19,13 @@ the middle of the current observation cut, with a warning (once per builder).
 
 from __future__ import annotations
 
+import json
 import string
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from milegpo.policies.chat_turns import TurnIds
 from milegpo.policies.tools import chat_template_for_tools
 
 if TYPE_CHECKING:
@@ -246,10 +248,14 @@ class ChatPromptBuilder:
         its :data:`TOOL_INSTRUCTIONS` counterpart, which asks for a tool call instead of ``<action>`` tags.
     :param history_length: the past turns shown (older ones are dropped first, the opening stays).
     :param max_prompt_tokens: the prompt budget in tokens (fewer turns are shown to fit it).
+    :param stop_ids: the tokens that end a sampled reply. A history of :class:`~milegpo.policies.sample.Turn`
+        steps (what rollouts keep) is then rendered from ids: the opening's ids, then per shown turn the
+        reply's sampled ids and what the template puts after them (:mod:`milegpo.policies.chat_turns`), so
+        each turn's prompt extends the previous turn's prompt and reply exactly. None: always rendered as text.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, instructions: str, history_length: int,
-                 max_prompt_tokens: int):
+                 max_prompt_tokens: int, stop_ids: Sequence[int] | None = None):
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("prompt_format 'chat' needs a tokenizer with a chat template; this one has none "
                              "(use an instruct/chat model, or prompt_format 'template')")
@@ -257,6 +263,8 @@ class ChatPromptBuilder:
         self.instructions = instructions
         self.history_length = history_length
         self.max_prompt_tokens = max_prompt_tokens
+        self.turn_ids = TurnIds(tokenizer, stop_ids, TokenCache(tokenizer)) if stop_ids is not None else None
+        self._openings: dict[str, tuple[int, ...]] = {}
 
     def messages(self, task: str, observation: str, history: Sequence[tuple[str, str]],
                  info: Mapping[str, Any], k: int | None = None) -> list[dict[str, str]]:
@@ -267,22 +275,25 @@ class ChatPromptBuilder:
         ``messages``, ``observation_role``).
         """
         k = self.history_length if k is None else k
-        opening = info.get("messages")
-        first = history[0][0] if history else observation
-        if opening:
-            conversation = [dict(m) for m in opening]
-        else:
-            content = f"Your task: {task.strip()}\n{first.strip()}" if task.strip() else first.strip()
-            instructions = self.instructions
-            if info.get("action_format") == "tools":  # a call, not <action> tags: one format asked for
-                instructions = TOOL_INSTRUCTIONS.get(instructions, instructions)
-            conversation = [{"role": "user", "content": f"{content}\n{instructions}".strip()}]
+        conversation = self.opening(task, observation, history, info)
         role = str(info.get("observation_role", "user"))
-        observations = [obs for obs, _ in history[1:]] + [observation]  # what followed each past reply
-        turns = [(reply, after) for (_, reply), after in zip(history, observations)]
-        for reply, after in turns[len(turns) - min(k, len(turns)):] if k > 0 else []:
+        for (_, reply), after in _shown_turns(observation, history, k):
             conversation += [{"role": "assistant", "content": reply}, {"role": role, "content": after}]
         return conversation
+
+    def opening(self, task: str, observation: str, history: Sequence[tuple[str, str]],
+                info: Mapping[str, Any]) -> list[dict[str, str]]:
+        """The messages before the first reply: the env's opening ``messages``, or one user message with the
+        task, the first observation and the instructions."""
+        opening = info.get("messages")
+        if opening:
+            return [dict(m) for m in opening]
+        first = history[0][0] if history else observation
+        content = f"Your task: {task.strip()}\n{first.strip()}" if task.strip() else first.strip()
+        instructions = self.instructions
+        if info.get("action_format") == "tools":  # a call, not <action> tags: one format asked for
+            instructions = TOOL_INSTRUCTIONS.get(instructions, instructions)
+        return [{"role": "user", "content": f"{content}\n{instructions}".strip()}]
 
     def build(self, task: str, observation: str, history: Sequence[tuple[str, str]],
               info: Mapping[str, Any]) -> list[int]:
@@ -290,11 +301,46 @@ class ChatPromptBuilder:
         ``info["tools"]``, a tool-calling env's function schemas, rendered by the chat template)."""
         tools = info.get("tools") or None
         for k in range(min(self.history_length, len(history)), -1, -1):
-            ids = self.encode(self.messages(task, observation, history, info, k), tools)
+            ids = self.appended(task, observation, history, info, k) or \
+                self.encode(self.messages(task, observation, history, info, k), tools)
             if len(ids) <= self.max_prompt_tokens:
                 return ids
         raise ValueError(f"the chat prompt does not fit max_prompt_tokens={self.max_prompt_tokens} even without "
                          f"past turns ({len(ids)} tokens): raise max_prompt_tokens")
+
+    def appended(self, task: str, observation: str, history: Sequence[tuple[str, str]], info: Mapping[str, Any],
+                 k: int) -> list[int] | None:
+        """The prompt showing the last ``k`` past turns built from ids: the opening's ids, then per shown turn
+        its sampled reply ids and the ids the template puts after them; None when a shown turn has no sampled
+        ids (a history written by hand) or the template does not render turn by turn."""
+        if self.turn_ids is None:
+            return None
+        shown = _shown_turns(observation, history, k)
+        samples = [getattr(turn, "sample", None) for turn, _ in shown]
+        if any(sample is None or sample.candidate_ids is not None for sample in samples):
+            return None
+        tools = info.get("tools") or None
+        role = str(info.get("observation_role", "user"))
+        ids = list(self._opening_ids(self.opening(task, observation, history, info), tools))
+        for sample, (_, after) in zip(samples, shown):
+            reply = sample.action_ids  # type: ignore[union-attr]  # checked above
+            closing = self.turn_ids.after(reply, role, after, tools)
+            if closing is None:
+                return None
+            ids += [int(i) for i in reply]
+            ids += closing
+        return ids
+
+    def _opening_ids(self, opening: list[dict[str, str]], tools: Sequence[Mapping[str, Any]] | None) -> tuple[int, ...]:
+        """The opening's ids with the generation prompt (kept per opening: every turn of an episode starts with
+        them, and the copies of a task share them)."""
+        key = json.dumps([opening, tools or []], sort_keys=True, default=str)
+        ids = self._openings.get(key)
+        if ids is None:
+            if len(self._openings) >= 4096:
+                self._openings.clear()
+            ids = self._openings[key] = tuple(self.encode(opening, tools))
+        return ids
 
     def encode(self, messages: list[dict[str, str]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """The chat template's token ids of ``messages`` with the next assistant turn's generation prompt;
@@ -308,3 +354,12 @@ class ChatPromptBuilder:
             encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded  # a BatchEncoding in transformers 5
         return [int(i) for i in cast(list[int], ids)]
+
+
+def _shown_turns(observation: str, history: Sequence[tuple[str, str]],
+                 k: int) -> list[tuple[tuple[str, str], str]]:
+    """The last ``k`` past steps of ``history``, each with the observation that followed its reply (the next
+    step's, or the current ``observation`` after the last one)."""
+    following = [step[0] for step in history[1:]] + [observation]
+    turns = list(zip(history, following))
+    return turns[len(turns) - min(k, len(turns)):] if k > 0 else []

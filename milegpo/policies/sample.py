@@ -35,3 +35,22 @@ class ActionSample:
     parsed: bool
     raw_text: str = ""
     sampler_logprobs: np.ndarray | None = None
+
+
+class Turn(tuple[str, str]):
+    """One past step of an episode as a rollout keeps it: the ``(observation, action)`` pair every history
+    step is, with the step's :class:`ActionSample` beside it (None for a history written by hand).
+
+    A chat prompt reads the sample's token ids to grow the conversation by appending the ids the policy
+    sampled instead of re-tokenising its reply (:mod:`milegpo.policies.chat_turns`); everything else
+    reads the pair."""
+
+    sample: ActionSample | None
+
+    def __new__(cls, observation: str, action: str, sample: ActionSample | None = None) -> Turn:
+        turn = super().__new__(cls, (observation, action))
+        turn.sample = sample
+        return turn
+
+    def __getnewargs__(self) -> tuple[str, str]:  # pickling: the pair, then the sample
+        return self[0], self[1]

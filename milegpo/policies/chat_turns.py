@@ -1,0 +1,114 @@
+"""Chat prompts grown by appending token ids (token in, token out).
+
+Rendering a conversation as text and tokenising it again at every turn gives the model the
+*re-tokenised* text of its earlier replies, not the ids it sampled: with a tokenizer that does not
+round-trip a reply (a word-level tokenizer meeting an unknown word, a BPE merge across the reply's
+end, a template that trims the reply), turn ``t + 1``'s prompt no longer starts with turn ``t``'s
+prompt and reply. The update then scores a context the sampler never produced, and the one-pass
+scoring of a conversation (:mod:`milegpo.policies.conversation`) finds nothing to share.
+
+Here a turn's prompt is built from ids only: the opening messages rendered once, then per past
+turn the reply's sampled ids and the ids the chat template puts after a reply: its end of turn,
+the next observation's message and the next generation prompt (:meth:`TurnIds.after`). So turn
+``t + 1``'s prompt is turn ``t``'s prompt + its sampled reply + those ids, whatever the tokenizer.
+A reply that ends with the stop token the template closes a turn with is not closed twice; a reply
+cut at ``max_new_tokens`` gets the template's end of turn.
+
+This holds only for a template that renders a conversation turn by turn: what follows a reply
+must not depend on the earlier turns, and an earlier turn must not change when a new one is added.
+:class:`TurnIds` checks it on probe conversations once per tool set, and answers None when the
+template does anything else (a system prompt moved into the last user message, say); the prompt
+builder then renders the conversation as text, as for a history without sampled ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from milegpo.policies.tools import chat_template_for_tools
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+#: stands for a reply's content in the probe renders
+PROBE_REPLY = "\x00milegpo-reply\x00"
+#: conversations before the probed turn: what follows a reply must be the same after each of them
+PROBE_OPENINGS: tuple[tuple[dict[str, str], ...], ...] = (
+    ({"role": "user", "content": "x"},),
+    ({"role": "system", "content": "s"}, {"role": "user", "content": "y z"}),
+    ({"role": "user", "content": "x"}, {"role": "assistant", "content": "r"}, {"role": "user", "content": "w"}),
+)
+PROBE_CONTENTS = ("o", "  two lines\nof text  ", "ünï <tag> {x}")
+
+Messages = Sequence[Mapping[str, Any]]
+
+
+class TurnIds:
+    """The ids a chat template puts after a reply, for a given next message (see the module docstring).
+
+    :param tokenizer: a ``transformers`` tokenizer with a chat template.
+    :param stop_ids: the tokens that end a sampled reply (the policy's end-of-turn ids).
+    :param tokens: a text's ids as the template's tokenisation gives them (``tokenizer(text,
+        add_special_tokens=False)``, cached by the caller).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop_ids: Sequence[int], tokens: Callable[[str], list[int]]):
+        self.tokenizer = tokenizer
+        self.stop_ids = frozenset(int(i) for i in stop_ids)
+        self._tokens = tokens
+        self._turn_by_turn: dict[str, bool] = {}  # per tool set: whether the template renders turn by turn
+        self._after: dict[tuple[str, str, str], tuple[int, ...] | None] = {}
+
+    def render(self, messages: Messages, tools: Sequence[Mapping[str, Any]] | None) -> str:
+        """The template's text of ``messages`` with the next assistant turn's generation prompt."""
+        if tools:
+            return str(self.tokenizer.apply_chat_template(
+                [dict(m) for m in messages], tools=[dict(t) for t in tools],
+                chat_template=chat_template_for_tools(self.tokenizer), add_generation_prompt=True, tokenize=False))
+        return str(self.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
+                                                      tokenize=False))
+
+    def _after_text(self, opening: Messages, role: str, content: str,
+                    tools: Sequence[Mapping[str, Any]] | None) -> str | None:
+        """The text the template puts between a reply to ``opening`` and the generation prompt after the
+        message ``(role, content)`` that follows it, or None when the render does not start with the
+        opening's own render and the reply."""
+        head = self.render(opening, tools) + PROBE_REPLY
+        reply = {"role": "assistant", "content": PROBE_REPLY}
+        full = self.render([*opening, reply, {"role": role, "content": content}], tools)
+        return full[len(head):] if full.startswith(head) and full.count(PROBE_REPLY) == 1 else None
+
+    def turn_by_turn(self, tools: Sequence[Mapping[str, Any]] | None, role: str) -> bool:
+        """Whether the template renders a conversation turn by turn (with these tools, observations in ``role``):
+        on every probe, what follows a reply is the same after each probe opening."""
+        key = json.dumps([tools or [], role], sort_keys=True, default=str)
+        known = self._turn_by_turn.get(key)
+        if known is None:
+            try:
+                afters = [{self._after_text(opening, role, content, tools) for opening in PROBE_OPENINGS}
+                          for content in PROBE_CONTENTS]
+                known = all(len(texts) == 1 and None not in texts for texts in afters)
+            except Exception:  # a template that cannot render the probes (roles it refuses): rendered as text
+                known = False
+            self._turn_by_turn[key] = known
+        return known
+
+    def after(self, reply_ids: Sequence[int], role: str, content: str,
+              tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:
+        """The ids that follow the sampled ``reply_ids`` when the next message is ``(role, content)``: the
+        template's end of turn (left out when the reply already ends with that stop token), the message and
+        the next generation prompt; None when the template does not render turn by turn."""
+        if not self.turn_by_turn(tools, role):
+            return None
+        key = (role, content, json.dumps(tools or [], sort_keys=True, default=str))
+        if key not in self._after:
+            text = self._after_text(PROBE_OPENINGS[0], role, content, tools)
+            self._after[key] = None if text is None else tuple(self._tokens(text))
+        ids = self._after[key]
+        if ids is None:
+            return None
+        if ids and reply_ids and int(reply_ids[-1]) == ids[0] and ids[0] in self.stop_ids:
+            return list(ids[1:])  # the reply's stop token is the template's end of turn
+        return list(ids)
