@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     from milegpo.policies.sample import ActionSample
 
-#: past (observation, action) steps of one episode, oldest first
+#: past (observation, action) steps of one episode, oldest first; rollouts pass each step as a
+#: :class:`~milegpo.policies.sample.Turn`, the pair with the step's sample (a chat prompt appends its ids)
 History = Sequence[tuple[str, str]]
 
 
