@@ -30,6 +30,15 @@ def _scanned_trap(layout: Layout, room: str) -> bool:
     return any(e.kind == "heavy" and e.b == room for e in layout.edges)
 
 
+# How a state found and moved its objects before reading the order of ``places`` (re-sorting at every step).
+def _sorted_moved(state: State, obj: str, place: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((o, place if o == obj else p) for o, p in state.places))
+
+
+def _sorted_holding(state: State) -> list[str]:
+    return sorted(obj for obj, place in state.places if place == "inventory")
+
+
 @pytest.mark.parametrize("split", sorted(SPLITS))
 def test_a_cached_task_and_its_plan_equal_a_fresh_draw_and_solve(split):
     fresh_draw = generate_layout.__wrapped__  # the generator itself, no cache
@@ -69,7 +78,7 @@ def _walk_states(split: str, index: int, rng: np.random.Generator, steps: int = 
     return seen
 
 
-def test_the_layout_tables_equal_scanning_the_layout_at_every_state():
+def test_the_layout_tables_and_the_state_methods_equal_scanning_and_sorting_at_every_state():
     rng = np.random.default_rng(0)
     pits = traps = 0
     for split in sorted(SPLITS):
@@ -79,6 +88,12 @@ def test_the_layout_tables_equal_scanning_the_layout_at_every_state():
                 for room in (*layout.rooms, house.PIT):
                     assert list(_containers_here(layout, room)) == _scanned_containers(layout, room)
                     assert _is_trap(layout, room) == _scanned_trap(layout, room)
+                assert state.holding() == _sorted_holding(state)
+                for obj, where in state.places:
+                    assert state.place(obj) == where
+                    for place in ("inventory", layout.start, f"in {layout.containers[0][0]}"):
+                        assert state.moved(obj, place).places == _sorted_moved(state, obj, place)
+                assert state.moved("no such thing", "inventory") == state
                 pits += state.location == house.PIT
                 traps += _scanned_trap(layout, state.location)
     assert pits and traps  # the walks reached the pit and a trap room

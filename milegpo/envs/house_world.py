@@ -147,14 +147,24 @@ class State:
     pit_level: int = 0
     won: bool = False
 
+    # ``places`` is sorted by object and names each object once (:func:`initial_state` sorts them, :meth:`moved`
+    # keeps the order): the methods below read and keep that order instead of sorting again at every step.
     def place(self, obj: str) -> str:
-        return dict(self.places)[obj]
+        for name, where in self.places:
+            if name == obj:
+                return where
+        raise KeyError(obj)
 
     def holding(self) -> list[str]:
-        return sorted(obj for obj, place in self.places if place == "inventory")
+        """The carried objects, sorted."""
+        return [obj for obj, place in self.places if place == "inventory"]
 
     def moved(self, obj: str, place: str) -> State:
-        return replace(self, places=tuple(sorted((o, place if o == obj else p) for o, p in self.places)))
+        """This state with ``obj`` at ``place`` (the same state when it is no object of the task)."""
+        for index, (name, _) in enumerate(self.places):
+            if name == obj:
+                return replace(self, places=(*self.places[:index], (obj, place), *self.places[index + 1:]))
+        return self
 
     def key(self) -> str:
         objects = ",".join(f"{obj}@{place}" for obj, place in self.places)
