@@ -243,9 +243,14 @@ class MilestoneMemory:
                              "the checkpoint is damaged") from None
 
 
-def group_counts(graph: TaskGraph) -> list[TaskCounts]:
-    """Each task's own counts in ``graph`` (dense task order); goal nodes are not states (their
-    counts are the task's successes), edges into them have the goal ``None`` as next state."""
+def group_counts(graph: TaskGraph) -> list[tuple[TaskCounts, np.ndarray, np.ndarray]]:
+    """Each task's own counts in ``graph`` (dense task order) with the graph's node and edge of each
+    listed state and edge. Goal nodes are not states (their counts are the task's successes); edges
+    into them have the goal ``None`` as next state.
+
+    States and edges are listed sorted by key, not in the graph's node order (which depends on the
+    other tasks of the batch): a task's counts, and so the memory, are the same whichever rank's batch
+    it was in."""
     names: list[str | None] = graph.node_key.tolist()
     for goal in np.flatnonzero(graph.is_goal).tolist():
         names[goal] = None
@@ -257,12 +262,18 @@ def group_counts(graph: TaskGraph) -> list[TaskCounts]:
     for q in range(graph.num_tasks):
         nodes = np.arange(node_bounds[q], node_bounds[q + 1])
         nodes = nodes[~graph.is_goal[nodes]]
+        node_keys = [names[v] for v in nodes.tolist()]
+        nodes = nodes[sorted(range(len(nodes)), key=node_keys.__getitem__)]
         edges = np.arange(edge_bounds[q], edge_bounds[q + 1])
-        out.append(TaskCounts(tuple(names[v] for v in nodes.tolist()),
-                              node_counts[nodes],
-                              tuple((names[s], names[d]) for s, d in
-                                    zip(graph.edge_src[edges].tolist(), graph.edge_dst[edges].tolist())),
-                              edge_counts[edges], float(graph.task_n_traj[q]), float(graph.task_n_succ[q])))
+        edge_keys = [(names[s], names[d]) for s, d in zip(graph.edge_src[edges].tolist(),
+                                                           graph.edge_dst[edges].tolist())]
+        order = sorted(range(len(edges)), key=lambda i: (edge_keys[i][0], edge_keys[i][1] is None,
+                                                         edge_keys[i][1] or ""))
+        edges = edges[order]
+        counts = TaskCounts(tuple(names[v] for v in nodes.tolist()), node_counts[nodes],
+                            tuple(edge_keys[i] for i in order), edge_counts[edges],
+                            float(graph.task_n_traj[q]), float(graph.task_n_succ[q]))
+        out.append((counts, nodes, edges))
     return out
 
 
@@ -304,8 +315,6 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
     node_counts = np.stack([graph.node_n_traj, graph.node_n_succ, graph.node_n_revisit], axis=1).astype(np.float64)
     edge_counts = np.stack([graph.edge_n_traj, graph.edge_n_succ], axis=1).astype(np.float64)
     task_counts = np.stack([graph.task_n_traj, graph.task_n_succ], axis=1).astype(np.float64)
-    node_bounds = np.searchsorted(graph.node_task, np.arange(graph.num_tasks + 1))
-    edge_bounds = np.searchsorted(graph.edge_task, np.arange(graph.num_tasks + 1))
     from_memory, recurring = 0.0, set()
     for q, key in enumerate(keys):
         old = memory.remembered(key, config.memory_half_life)
@@ -313,12 +322,11 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
             recurring.add(key)
         if old is None:
             continue
-        nodes = np.arange(node_bounds[q], node_bounds[q + 1])
-        nodes = nodes[~graph.is_goal[nodes]]
-        mine, theirs = _lookup(own[q].node_keys, old.node_keys)
+        counts, nodes, edges = own[q]
+        mine, theirs = _lookup(counts.node_keys, old.node_keys)
         node_counts[nodes[mine]] += old.node_counts[theirs]
-        mine, theirs = _lookup(own[q].edge_keys, old.edge_keys)
-        edge_counts[edge_bounds[q] + mine] += old.edge_counts[theirs]
+        mine, theirs = _lookup(counts.edge_keys, old.edge_keys)
+        edge_counts[edges[mine]] += old.edge_counts[theirs]
         task_counts[q] += (old.n_traj, old.n_succ)
         from_memory += old.n_traj
     evidence = graph.with_counts(task_counts[:, 0], task_counts[:, 1], node_counts[:, 0], node_counts[:, 1],
@@ -333,7 +341,7 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
         "memory_tasks": len(memory.tasks),
         "memory_bytes": memory.nbytes,
     })
-    return result, list(zip(keys, own))
+    return result, [(key, counts) for key, (counts, _, _) in zip(keys, own)]
 
 
 def milegpo_with_memory(batch: StepBatch, config: MileGPOConfig, memory: MilestoneMemory,
