@@ -194,7 +194,11 @@ def markdown(result: dict[str, Any], before: dict[str, Any] | None = None) -> st
               "rollout": "the buffer of a real rollout of E House envs (max_episode_steps T), its prompts "
                          + ("appended from the sampled ids" if result.get("prompts", "ids") == "ids"
                             else "re-rendered from the conversation's text")}[result.get("buffer", "written")]
-    lines = ["### The real update in chat format: one-pass against per-turn scoring", "",
+    title = {"written": "", "rollout": ", on a real rollout"}[result.get("buffer", "written")]
+    if title:
+        title += " (prompts from the sampled ids)" if result.get("prompts", "ids") == "ids" else \
+            " (prompts re-rendered from text)"
+    lines = [f"### The real update in chat format{title}: one-pass against per-turn scoring", "",
              f"`model.train()` of GRPO on {source} (chat prompts, generate mode), "
              f"tiny LM (hidden {m['hidden']}, {m['layers']} layers), batch_size {result['settings']['batch_size']}, "
              f"micro_batch_tokens {result['settings']['micro_batch_tokens']}, 1 epoch, {result['threads']} torch "

@@ -28,7 +28,7 @@ from milegpo.agents.server import agent_server
 from milegpo.envs import make_vec_env
 from milegpo.envs.core import TextSpace
 from milegpo.policies import LLMPolicy, tiny_model
-from milegpo.policies.sample import ActionSample
+from milegpo.policies.sample import ActionSample, Turn
 from milegpo.policies.tools import TOOL_CHAT_TEMPLATE
 
 GENERATE = {"mode": "generate", "prompt_format": "chat", "max_new_tokens": 4, "lora": {"r": 4, "alpha": 8}}
@@ -73,9 +73,11 @@ class KeepRollout(BaseCallback):
 
 
 def test_the_update_scores_the_sampled_ids_of_a_multi_turn_episode(agent_model: str) -> None:
-    """Token in, token out: every row the update scores has as prompt the chat template of exactly the
-    messages the program sent, as reply the tokens whose text the program received, and the trainer's
-    log-probs of those tokens (HF sampler, before the update) equal the sampler's within 1e-5."""
+    """Token in, token out: an episode's first prompt is the chat template of the messages the program sent;
+    each later one (the program re-sends its conversation with the policy's reply kept) is the previous
+    prompt, the reply's sampled ids and the template's ids for the new user message, written out here
+    from the tiny model's ChatML template; the reply is the tokens whose text the program received, and
+    the trainer's log-probs of those tokens (HF sampler, before the update) equal the sampler's within 1e-5."""
     agent_programs.RECORD.clear()
     env = make_vec_env(agent_programs.ThreeTurnsEnv, n_tasks=2, group_size=2, seed=0)
     model = MileGPO("LLMPolicy", env, policy_kwargs={"model": agent_model, **GENERATE}, learning_rate=1e-3,
@@ -85,15 +87,48 @@ def test_the_update_scores_the_sampled_ids_of_a_multi_turn_episode(agent_model: 
     tokenizer = model.policy.tokenizer
     sent: dict[tuple[int, ...], list[str]] = {}
     for messages, content in agent_programs.RECORD:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
-        sent.setdefault(tuple(ids), []).append(content)
+        if len(messages) == 2:  # an episode's first request
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
+            sent.setdefault(tuple(ids), []).append(content)
+    received = [content for _, content in agent_programs.RECORD]
     assert len(keep.samples) == 12 == len(agent_programs.RECORD)  # 4 episodes x 3 requests
-    assert len({len(s.prompt_ids) for s in keep.samples}) > 1  # turns 1-3: growing conversations
+    firsts = [s for s in keep.samples if tuple(s.prompt_ids) in sent]
+    assert len(firsts) == 4
+    eos = tokenizer.eos_token_id
+    for sample in keep.samples:
+        if sample in firsts:
+            assert tokenizer.decode(sample.action_ids, skip_special_tokens=True) in sent[tuple(sample.prompt_ids)]
+            continue
+        parents = [p for p in keep.samples if p is not sample
+                   and list(sample.prompt_ids[: len(p.prompt_ids) + len(p.action_ids)]) == p.prompt_ids + p.action_ids]
+        assert parents, "a later turn continues the turn before it"
+        parent = max(parents, key=lambda p: len(p.prompt_ids))
+        turn = sum(1 for p in parents if len(p.prompt_ids) <= len(parent.prompt_ids))  # 1 or 2 turns before it
+        closing = "" if parent.action_ids[-1] == eos else "<|im_end|>"
+        tail = (f"{closing}\n<|im_start|>user\nTurn {turn + 1}. You are in the {agent_programs.ROOMS[turn - 1]}."
+                "<|im_end|>\n<|im_start|>assistant\n")
+        added = sample.prompt_ids[len(parent.prompt_ids) + len(parent.action_ids):]
+        assert added == tokenizer(tail, add_special_tokens=False)["input_ids"]
+        assert tokenizer.decode(sample.action_ids, skip_special_tokens=True) in received
     for sample, recomputed in zip(keep.samples, keep.recomputed):
-        assert tuple(sample.prompt_ids) in sent  # the prompt: the program's own messages, as sent
-        assert tokenizer.decode(sample.action_ids, skip_special_tokens=True) in sent[tuple(sample.prompt_ids)]
         assert len(recomputed) == len(sample.action_ids) == len(sample.old_logprobs)
         assert np.abs(recomputed - sample.old_logprobs).max() < 1e-5
+    env.close()
+
+
+def test_a_program_that_rewrites_the_reply_gets_its_own_messages_rendered(agent_model: str) -> None:
+    """A program that sends back another assistant message than the policy's reply (here always "go") is
+    given the template of its own messages, not the policy's sampled ids."""
+    env = agent_programs.FaultyAgentEnv()
+    policy = make_policy(agent_model)
+    observation, info = env.reset(seed=0)  # task "ok": two requests
+    first = policy.act([observation], [info], [[]])[0]
+    observation, _, _, _, info = env.step(first.text)
+    request = info["agent_request"]
+    assert request["continues"] is not None and request["continues"]["reply"]["content"] != "go"
+    second = policy.act([observation], [info], [[Turn(observation, first.text, first)]])[0]
+    expected = policy.tokenizer.apply_chat_template(request["messages"], add_generation_prompt=True, tokenize=True)
+    assert second.prompt_ids == list(expected["input_ids"])
     env.close()
 
 

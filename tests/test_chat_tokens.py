@@ -141,7 +141,7 @@ def test_a_template_that_rewrites_earlier_turns_is_rendered_as_text(smollm: str)
         sample = ActionSample(text="x", prompt_ids=prompt, action_ids=ids, candidate_ids=None, chosen=None,
                               old_logprobs=np.zeros(len(ids), np.float32), parsed=True, raw_text="an odd reply")
         history.append(Turn(f"obs {t}", "an odd reply", sample))
-    assert builder.turn_ids is not None and not builder.turn_ids.turn_by_turn(None, "user")
+    assert builder.turn_ids is not None and not builder.turn_ids.turn_by_turn(None, ["user"])
 
 
 def test_a_turn_is_its_pair_and_keeps_its_sample_through_pickle() -> None:

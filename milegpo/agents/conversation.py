@@ -55,3 +55,17 @@ def state_key(messages: Sequence[Mapping[str, Any]], given: str | None) -> str:
 def request_texts(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
     """Every text of a request (its messages and its tools' JSON): what a tiny model's vocabulary needs."""
     return [message_text(m) for m in messages] + ([json.dumps(list(tools))] if tools else [])
+
+
+def continuation(answered: Mapping[str, Any] | None, messages: Sequence[Mapping[str, Any]],
+                 tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any] | None:
+    """How a request continues the one the policy answered before it: ``{"length": n, "reply": message}`` when
+    its messages start with that request's ``n`` messages and it offers the same tools (the message after
+    them is then, if the program kept it, the policy's ``reply``); None otherwise (the first request, or a
+    program that rewrote its conversation)."""
+    if answered is None:
+        return None
+    earlier = list(answered["messages"])
+    if len(messages) <= len(earlier) or list(messages[: len(earlier)]) != earlier or answered["tools"] != tools:
+        return None
+    return {"length": len(earlier), "reply": answered["reply"]}

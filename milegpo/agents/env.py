@@ -8,9 +8,11 @@ agent server, :mod:`milegpo.agents.server`). The env maps the program onto the t
   returns when its first chat completion request arrives; the K copies of a group play one task.
 * **step = request.** The request's messages and tools are the step's prompt: they reach the policy
   in ``info["agent_request"]`` and the policy samples from exactly their prompt ids
-  (:mod:`milegpo.agents.policy_step`). ``step(action)`` answers the pending request with that reply
-  and returns when the program's next request arrives (reward 0) or when the program returns (the
-  episode ends, reward = its return value, or the ``rubric``'s score of the finished conversation).
+  (:mod:`milegpo.agents.policy_step`); the request says whether it continues the one answered before
+  (:func:`~milegpo.agents.conversation.continuation`), so the policy can append to that step's ids.
+  ``step(action)`` answers the pending request with that reply and returns when the program's next
+  request arrives (reward 0) or when the program returns (the episode ends, reward = its return value,
+  or the ``rubric``'s score of the finished conversation).
 * **observation and state key.** The request's new messages since the model's last reply, and those
   normalised (:mod:`milegpo.agents.conversation`), or the key the program sends in the
   ``X-Milegpo-State-Key`` header.
@@ -32,11 +34,12 @@ from typing import Any
 
 from milegpo.agents import conversation
 from milegpo.agents.errors import AgentNeverCalledModel, AgentRaised
-from milegpo.agents.policy_step import AGENT_REQUEST
+from milegpo.agents.policy_step import AGENT_REQUEST, CONTINUES
 from milegpo.agents.replies import read_reply
 from milegpo.agents.server import agent_server
 from milegpo.agents.session import Finished, Pending, Program, Raised, Rubric, Session
 from milegpo.envs.core import TextEnv
+from milegpo.serve.response import message
 
 logger = logging.getLogger("milegpo.agents")
 
@@ -111,11 +114,13 @@ class AgentEnv(TextEnv):
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._session is not None and self._pending is not None  # TextEnv.step: only within an episode
-        self._session.answer(read_reply(action))  # nothing when the policy delivered it already
+        reply = read_reply(action)
+        self._session.answer(reply)  # nothing when the policy delivered it already
+        answered = {**self._request, "reply": message(reply)} if self._request is not None else None
         self._release()
         event = self._next_event()
         if isinstance(event, Pending):
-            return self._take(event), 0.0, False, {}
+            return self._take(event, answered), 0.0, False, {}
         self._end_session()
         reward = _reward(event.reward, "the rubric" if self.rubric is not None else "the agent program")
         self._key = observation = f"episode over: reward {reward:g}"  # the end state, by outcome
@@ -188,11 +193,13 @@ class AgentEnv(TextEnv):
             raise AgentRaised(f"{event.where} raised {type(event.error).__name__}: {event.error}") from event.error
         return event
 
-    def _take(self, pending: Pending) -> str:
-        """Make ``pending`` the current step: its observation and state key."""
+    def _take(self, pending: Pending, answered: Mapping[str, Any] | None = None) -> str:
+        """Make ``pending`` the current step: its observation and state key; ``answered`` is the request the
+        policy answered before it, with the reply (the request then says whether it continues that one)."""
         assert self._session is not None
         self._pending = pending
-        self._request = {"messages": pending.messages, "tools": pending.tools}
+        self._request = {"messages": pending.messages, "tools": pending.tools,
+                         CONTINUES: conversation.continuation(answered, pending.messages, pending.tools)}
         agent_server().awaiting[id(self._request)] = (self._request, self._session)
         self._key = conversation.state_key(pending.messages, pending.state_key)
         return conversation.observation(pending.messages)

@@ -1,10 +1,12 @@
 """The policy's side of an agent step: the prompt is the request's own messages, the action its reply.
 
 An :class:`~milegpo.agents.AgentEnv` step carries the program's pending request in
-``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None}``, the messages as the program
-sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages
+``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None, "continues": ...}``, the messages as
+the program sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages
 alone (:func:`request_prompt`: serve's message conversion and the policy's chat template, as ``milegpo
-serve`` does; not from the task, the observation and a history of its own), samples from those ids,
+serve`` does; not from the task, the observation and a history of its own), or, when the request re-sends
+the conversation with the policy's last reply unchanged, from the last prompt, the reply's sampled ids
+and the template's ids of the new messages (:func:`continued_prompt`), samples from those ids,
 and hands the env the reply as :func:`~milegpo.agents.replies.reply_action` writes it
 (:func:`answer_requests`; when the env's session lives in this process the reply is delivered at once,
 so the programs of a batch all go on while the vec env steps its envs one by one). The trainer keeps
@@ -19,11 +21,17 @@ from typing import Any
 
 #: the info key of a step whose prompt is an agent program's request
 AGENT_REQUEST = "agent_request"
+#: the request's key saying how it continues the request answered before it
+#: (:func:`milegpo.agents.conversation.continuation`)
+CONTINUES = "continues"
 
 
-def request_prompt(policy: Any, request: Mapping[str, Any]) -> list[int]:
-    """The prompt ids of an agent request: its messages (and tools) through the policy's chat template.
-    ``ValueError`` when the tokenizer has no chat template or the prompt exceeds ``max_prompt_tokens``."""
+def request_prompt(policy: Any, request: Mapping[str, Any], history: Sequence[tuple[str, str]] = ()) -> list[int]:
+    """The prompt ids of an agent request: its messages (and tools) through the policy's chat template, or,
+    when it continues the request answered at the last step of ``history`` with that step's reply kept as
+    the policy wrote it, that step's prompt and sampled ids and the ids of the messages new since
+    (:func:`continued_prompt`). ``ValueError`` when the tokenizer has no chat template or the prompt
+    exceeds ``max_prompt_tokens``."""
     from milegpo.policies.prompts import ChatPromptBuilder
     from milegpo.policies.tools import renders_tools
     from milegpo.serve.messages import chat_messages
@@ -34,12 +42,35 @@ def request_prompt(policy: Any, request: Mapping[str, Any]) -> list[int]:
                          "has no chat template: train an instruct/chat model")
     limit = int(policy.config.max_prompt_tokens)
     prompts = policy.chat or ChatPromptBuilder(tokenizer, "", 0, limit)
-    ids = prompts.encode(chat_messages(list(request["messages"]), renders_tools(tokenizer)), request.get("tools"))
+    messages = chat_messages(list(request["messages"]), renders_tools(tokenizer))
+    ids = continued_prompt(prompts, request, messages, history, renders_tools(tokenizer)) or \
+        prompts.encode(messages, request.get("tools"))
     if len(ids) > limit:
         raise ValueError(f"an agent program sent a conversation of {len(ids)} tokens, more than "
                          f"policy.max_prompt_tokens={limit}: raise max_prompt_tokens, or end the program's "
                          "episodes sooner (the env's max_episode_steps, or a shorter conversation)")
     return ids
+
+
+def continued_prompt(prompts: Any, request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]],
+                     history: Sequence[tuple[str, str]], native_tools: bool) -> list[int] | None:
+    """Token in, token out for an agent: the last step's prompt ids and sampled reply ids, then the ids the
+    chat template puts after a reply for the messages that followed it, when the request continues the last
+    one (:data:`CONTINUES`), the program sent the policy's reply back unchanged (compared as rendered) and
+    the last step of ``history`` holds its sample; None otherwise (rendered from the messages)."""
+    from milegpo.serve.messages import chat_messages
+
+    continues = request.get(CONTINUES)
+    sample = getattr(history[-1], "sample", None) if history else None
+    turn_ids = getattr(prompts, "turn_ids", None)
+    if continues is None or sample is None or turn_ids is None or sample.candidate_ids is not None:
+        return None
+    length = int(continues["length"])
+    reply = chat_messages([continues["reply"]], native_tools)[0]  # rendered as the program's copy of it is
+    if len(messages) <= length + 1 or dict(messages[length]) != reply:
+        return None
+    after = turn_ids.after(sample.action_ids, messages[length + 1:], request.get("tools"))
+    return None if after is None else [*sample.prompt_ids, *sample.action_ids, *after]
 
 
 def answer_requests(policy: Any, samples: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> None:

@@ -41,6 +41,8 @@ PROBE_OPENINGS: tuple[tuple[dict[str, str], ...], ...] = (
     ({"role": "user", "content": "x"}, {"role": "assistant", "content": "r"}, {"role": "user", "content": "w"}),
 )
 PROBE_CONTENTS = ("o", "  two lines\nof text  ", "ünï <tag> {x}")
+#: the most message lists whose ids are kept (all dropped when full)
+MAX_KEPT = 65536
 
 Messages = Sequence[Mapping[str, Any]]
 
@@ -59,7 +61,7 @@ class TurnIds:
         self.stop_ids = frozenset(int(i) for i in stop_ids)
         self._tokens = tokens
         self._turn_by_turn: dict[str, bool] = {}  # per tool set: whether the template renders turn by turn
-        self._after: dict[tuple[str, str, str], tuple[int, ...] | None] = {}
+        self._after: dict[str, tuple[int, ...] | None] = {}  # per (messages, tools)
 
     def render(self, messages: Messages, tools: Sequence[Mapping[str, Any]] | None) -> str:
         """The template's text of ``messages`` with the next assistant turn's generation prompt."""
@@ -70,41 +72,43 @@ class TurnIds:
         return str(self.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
                                                       tokenize=False))
 
-    def _after_text(self, opening: Messages, role: str, content: str,
+    def _after_text(self, opening: Messages, messages: Messages,
                     tools: Sequence[Mapping[str, Any]] | None) -> str | None:
         """The text the template puts between a reply to ``opening`` and the generation prompt after the
-        message ``(role, content)`` that follows it, or None when the render does not start with the
-        opening's own render and the reply."""
+        ``messages`` that follow it, or None when the render does not start with the opening's own render
+        and the reply."""
         head = self.render(opening, tools) + PROBE_REPLY
         reply = {"role": "assistant", "content": PROBE_REPLY}
-        full = self.render([*opening, reply, {"role": role, "content": content}], tools)
+        full = self.render([*opening, reply, *messages], tools)
         return full[len(head):] if full.startswith(head) and full.count(PROBE_REPLY) == 1 else None
 
-    def turn_by_turn(self, tools: Sequence[Mapping[str, Any]] | None, role: str) -> bool:
-        """Whether the template renders a conversation turn by turn (with these tools, observations in ``role``):
-        on every probe, what follows a reply is the same after each probe opening."""
-        key = json.dumps([tools or [], role], sort_keys=True, default=str)
+    def turn_by_turn(self, tools: Sequence[Mapping[str, Any]] | None, roles: Sequence[str]) -> bool:
+        """Whether the template renders a conversation turn by turn (with these tools, a reply followed by
+        messages in ``roles``): on every probe, what follows a reply is the same after each probe opening."""
+        key = json.dumps([tools or [], list(roles)], sort_keys=True, default=str)
         known = self._turn_by_turn.get(key)
         if known is None:
             try:
-                afters = [{self._after_text(opening, role, content, tools) for opening in PROBE_OPENINGS}
-                          for content in PROBE_CONTENTS]
+                afters = [{self._after_text(opening, [{"role": role, "content": content} for role in roles], tools)
+                           for opening in PROBE_OPENINGS} for content in PROBE_CONTENTS]
                 known = all(len(texts) == 1 and None not in texts for texts in afters)
             except Exception:  # a template that cannot render the probes (roles it refuses): rendered as text
                 known = False
             self._turn_by_turn[key] = known
         return known
 
-    def after(self, reply_ids: Sequence[int], role: str, content: str,
+    def after(self, reply_ids: Sequence[int], messages: Messages,
               tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:
-        """The ids that follow the sampled ``reply_ids`` when the next message is ``(role, content)``: the
-        template's end of turn (left out when the reply already ends with that stop token), the message and
-        the next generation prompt; None when the template does not render turn by turn."""
-        if not self.turn_by_turn(tools, role):
+        """The ids that follow the sampled ``reply_ids`` when ``messages`` come next: the template's end of
+        turn (left out when the reply already ends with that stop token), the messages and the next
+        generation prompt; None when the template does not render turn by turn."""
+        if not messages or not self.turn_by_turn(tools, [str(m.get("role")) for m in messages]):
             return None
-        key = (role, content, json.dumps(tools or [], sort_keys=True, default=str))
+        key = json.dumps([list(messages), tools or []], sort_keys=True, default=str)
         if key not in self._after:
-            text = self._after_text(PROBE_OPENINGS[0], role, content, tools)
+            if len(self._after) >= MAX_KEPT:
+                self._after.clear()
+            text = self._after_text(PROBE_OPENINGS[0], messages, tools)
             self._after[key] = None if text is None else tuple(self._tokens(text))
         ids = self._after[key]
         if ids is None:

@@ -161,7 +161,7 @@ class LLMPolicy(AdapterFilesMixin):
         if info.get("agent_request") is not None:
             from milegpo.agents.policy_step import request_prompt
 
-            return request_prompt(self, info["agent_request"])
+            return request_prompt(self, info["agent_request"], history)
         if self.chat is not None:
             return self.chat.build(str(info.get("task", "")), str(observation), history, info)
         commands = info.get("admissible_commands")

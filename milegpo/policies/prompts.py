@@ -324,7 +324,7 @@ class ChatPromptBuilder:
         ids = list(self._opening_ids(self.opening(task, observation, history, info), tools))
         for sample, (_, after) in zip(samples, shown):
             reply = sample.action_ids  # type: ignore[union-attr]  # checked above
-            closing = self.turn_ids.after(reply, role, after, tools)
+            closing = self.turn_ids.after(reply, [{"role": role, "content": after}], tools)
             if closing is None:
                 return None
             ids += [int(i) for i in reply]
