@@ -60,7 +60,7 @@ def test_half_life_to_zero_is_milegpo_bit_for_bit_over_iterations(half_life: flo
         for name, values in reference.components.items():
             np.testing.assert_array_equal(result.components[name], values)
         assert result.diagnostics["memory_evidence_share"] == 0.0
-    assert memory.iteration == 4 and memory.recurrence_rate == 0.75  # tasks 0-3 every iteration: 12 of 16
+    assert memory.iteration == 4 and memory.recurrence_rate == 0.0 and not memory.tasks  # all forgotten
 
 
 def test_first_iteration_with_memory_is_milegpo_bit_for_bit() -> None:
@@ -146,6 +146,7 @@ def test_caps_keep_the_most_visited_states_and_the_most_recent_tasks() -> None:
     for seed, tasks in enumerate([[0, 1], [2], [1, 3]]):
         _, memory = milegpo_with_memory(random_batch(seed, task_ids=tasks), config, memory)
     assert sorted(memory.tasks) == [1, 3]  # seen last; 0 and 2 dropped
+    assert memory.recurrence_rate == 0.0  # task 1 came back after the cap had dropped it (kept: 2, then 0)
     for entry in memory.tasks.values():
         counts = entry.counts
         assert len(counts.node_keys) <= 2 and len(counts.edge_keys) <= 2
@@ -153,6 +154,19 @@ def test_caps_keep_the_most_visited_states_and_the_most_recent_tasks() -> None:
     # ties in the last-seen iteration drop the larger keys
     _, memory = milegpo_with_memory(random_batch(9, task_ids=[5, 4, 6]), config, memory)
     assert sorted(memory.tasks) == [4, 5]
+
+
+def test_a_task_whose_trajectories_all_decayed_is_dropped() -> None:
+    """Group A's 2 trajectories at h = 1 weigh 2 * 2^(-a): 1 after one iteration, 0.5 after two (kept),
+    0.25 after three (below 1/2: the task is dropped, its recurrence no longer counts)."""
+    config = milegpo_config(memory_half_life=1.0)
+    _, memory = milegpo_with_memory(group(*GROUP_A, task=7), config, MilestoneMemory())
+    _, memory = milegpo_with_memory(group(*GROUP_A, task=8), config, memory)
+    assert 7 in memory.tasks  # two iterations old at the next read: 0.5 left
+    _, memory = milegpo_with_memory(group(*GROUP_A, task=9), config, memory)
+    assert 7 not in memory.tasks and sorted(memory.tasks) == [8, 9]
+    result, _ = milegpo_with_memory(group(*GROUP_B, task=7), config, memory)
+    assert result.diagnostics["memory_recurring_frac"] == 0.0
 
 
 def test_task_keys_name_tasks_across_renumbered_groups_and_must_cover_the_batch() -> None:

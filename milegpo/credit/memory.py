@@ -176,7 +176,8 @@ class MilestoneMemory:
     :param iteration: the iterations advanced so far (the age of an entry is this minus its ``seen``).
     :param tasks: the remembered tasks by task key.
     :param tasks_observed: tasks observed over the run (one per task key and iteration).
-    :param tasks_recurred: of those, the ones the memory held when they came.
+    :param tasks_recurred: of those, the ones the memory still remembered (counts not all forgotten)
+        when they came.
     """
 
     iteration: int = 0
@@ -194,7 +195,7 @@ class MilestoneMemory:
 
     @property
     def recurrence_rate(self) -> float:
-        """The share of the run's observed tasks that the memory held when they came."""
+        """The share of the run's observed tasks that the memory remembered when they came."""
         return self.tasks_recurred / self.tasks_observed if self.tasks_observed else 0.0
 
     @property
@@ -204,8 +205,9 @@ class MilestoneMemory:
 
     def advance(self, observed: Iterable[tuple[int, TaskCounts]], config: MileGPOConfig) -> MilestoneMemory:
         """The memory after this iteration: each observed task's decayed counts plus its group's (several
-        groups of one key, e.g. from several ranks: added in the order given), capped; then the least
-        recently seen tasks beyond ``config.memory_max_tasks`` dropped.
+        groups of one key, e.g. from several ranks: added in the order given), capped; then the tasks
+        whose trajectories will all have decayed below :data:`FORGET_BELOW` dropped, and the least
+        recently seen tasks beyond ``config.memory_max_tasks``.
 
         :param observed: (task key, the group's own counts) of this iteration, as :func:`remembered_credit`
             returns them (with several ranks: every rank's, in rank order).
@@ -218,10 +220,14 @@ class MilestoneMemory:
             old = self.remembered(key, config.memory_half_life)
             merged = merge_counts(([old] if old is not None else []) + groups)
             tasks[key] = RememberedTask(self.iteration, merged.capped(config.memory_max_states))
+        # a task whose trajectories have all decayed below FORGET_BELOW by the next iteration is forgotten
+        tasks = {k: entry for k, entry in tasks.items()
+                 if entry.counts.n_traj * decay_factor(self.iteration + 1 - entry.seen, config.memory_half_life)
+                 >= FORGET_BELOW}
         if len(tasks) > config.memory_max_tasks:
             kept = sorted(tasks, key=lambda k: (-tasks[k].seen, k))[:config.memory_max_tasks]
             tasks = {k: tasks[k] for k in sorted(kept)}
-        recurred = sum(key in self.tasks for key in by_key)
+        recurred = sum(self.remembered(key, config.memory_half_life) is not None for key in by_key)
         return MilestoneMemory(self.iteration + 1, tasks, self.tasks_observed + len(by_key),
                                self.tasks_recurred + recurred)
 
@@ -299,7 +305,7 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
 
     The diagnostics add ``memory_evidence_share`` (of the trajectories the evidence counts, the share
     that came from memory), ``memory_recurring_frac`` (of the batch's tasks, the share the memory
-    held), ``memory_recurrence_rate`` (the same over the run, this iteration included),
+    remembered), ``memory_recurrence_rate`` (the same over the run, this iteration included),
     ``memory_tasks`` and ``memory_bytes`` (the memory read).
     """
     graph = build_task_graph(batch, batch.success_mask(config.success_threshold))
@@ -318,10 +324,9 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
     from_memory, recurring = 0.0, set()
     for q, key in enumerate(keys):
         old = memory.remembered(key, config.memory_half_life)
-        if key in memory.tasks:
-            recurring.add(key)
         if old is None:
             continue
+        recurring.add(key)
         counts, nodes, edges = own[q]
         mine, theirs = _lookup(counts.node_keys, old.node_keys)
         node_counts[nodes[mine]] += old.node_counts[theirs]
