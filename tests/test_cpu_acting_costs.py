@@ -240,6 +240,11 @@ def test_candidate_ids_are_the_command_then_the_end_of_turn_token(tokenizer):
         assert got == expected
         got.append(0)  # callers own their list
         assert ids(command) == expected
+    commands = ["open red box", "go to kitchen", "look", "look"]  # kept and new, a repeat
+    many = ids.many(commands)
+    assert many == [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in commands]
+    many[2].append(0)
+    assert ids.many(commands)[3] == ids("look") and many[3] != many[2]  # a fresh list each
 
 
 def test_a_tokenizer_without_end_of_turn_token(tmp_path):

@@ -264,7 +264,7 @@ class LLMPolicy(AdapterFilesMixin):
                     "use mode='generate' for free-text envs"
                 )
             commands.append(list(cmds))
-        candidates = [[self._candidate_ids(c) for c in cmds] for cmds in commands]
+        candidates = [self._command_tokens.many(cmds) for cmds in commands]
         rngs = [np.random.default_rng(seed) for seed in sample_seeds] if sample_seeds is not None else self._rng
         chosen, logps = choose_candidates(self._scores(prompts, candidates), self.temperature, deterministic, rngs)
         return [ActionSample(text=cmds[c], prompt_ids=prompt, action_ids=cands[c], candidate_ids=cands, chosen=c,

@@ -149,6 +149,12 @@ class CandidateTokens:
             ids = self._ids[command] = (*self._tokens(command), *(() if eos is None else (int(eos),)))
         return list(ids)
 
+    def many(self, commands: Sequence[str]) -> list[list[int]]:
+        """Each command's candidate ids, as one call per command gives them (a step's commands are looked up in
+        one loop: they are nearly always kept already)."""
+        kept = self._ids
+        return [list(ids) if (ids := kept.get(command)) is not None else self(command) for command in commands]
+
 
 class KeptPromptBuilder(PromptBuilder):
     """:class:`~milegpo.policies.prompts.PromptBuilder` on a :class:`RenderedChatTemplate` of the tokenizer,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from milegpo.policies.model import forward_model, merged_forwards
 from milegpo.policies.parsing import action_parser
 from milegpo.policies.prompts import ChatPromptBuilder
 from milegpo.policies.tools import renders_tools
@@ -77,7 +78,7 @@ class ChatEngine:
         first = int(self._seeds.integers(2**31 - 1)) if request.seed is None else request.seed
         # greedy decoding takes the argmax at any temperature: at T = 1 the log-probs are the model's own
         temperature = 1.0 if request.greedy else request.temperature
-        with th.no_grad():
+        with th.no_grad(), merged_forwards(self.policy.model):  # the adapter merged in, as the policy acts
             completions = self.policy.sampler.generate([prompt] * request.n, temperature, max_tokens, request.greedy,
                                                        [first + k for k in range(request.n)])
             replies = [make_reply(c, self.policy.tokenizer, self.policy.eos_ids, request.stop,
@@ -105,7 +106,7 @@ class ChatEngine:
         if not reply:
             return []
         ids = th.tensor([prompt + reply], device=self.policy.device)
-        logits = self.policy.model(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / temperature
+        logits = forward_model(self.policy.model)(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / temperature
         values, indices = th.log_softmax(logits, dim=-1).topk(k, dim=-1)
         return [list(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
 
