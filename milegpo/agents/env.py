@@ -126,6 +126,13 @@ class AgentEnv(TextEnv):
         self._key = observation = f"episode over: reward {reward:g}"  # the end state, by outcome
         return observation, reward, True, {"won": reward >= self.success_reward}
 
+    def send_action(self, action: str) -> None:
+        """Answer the pending request with ``action`` now (a valid one: an empty action leaves it open), so the
+        programs of a worker's envs all go on while the worker steps its envs one after the other;
+        :meth:`step` then sends nothing again."""
+        if self._session is not None and self._pending is not None and self.is_valid_action(action):
+            self._session.answer(read_reply(action))
+
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """:meth:`TextEnv.step`; an episode truncated at ``max_episode_steps`` cancels its program."""
         observation, reward, terminated, truncated, info = super().step(action)

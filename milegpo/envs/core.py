@@ -168,6 +168,12 @@ class TextEnv(gym.Env[str, str]):
         commands = self.admissible_commands()
         return bool(action.strip()) if commands is None else action.strip() in commands
 
+    def send_action(self, action: str) -> None:
+        """Start the step with ``action`` ahead of :meth:`step` (default: nothing). A vec env calls it for each
+        env of a batch before it steps them one after the other, so envs whose step waits on something outside
+        the process (an agent program's next request) wait together instead of in turn. :meth:`step` still
+        takes the same action and must not act on it twice."""
+
     def expert_action(self) -> str | None:
         """A scripted expert's next command from the current state (demonstrations for a
         supervised warm start); None when the expert has no move left. Envs without an

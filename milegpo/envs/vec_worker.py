@@ -75,9 +75,22 @@ class EnvHost:
         return results
 
     def step(self, items: Sequence[tuple[int, str]]) -> list[Result]:
-        """Step env ``i`` with ``action`` for each ``(i, action)``."""
+        """Step env ``i`` with ``action`` for each ``(i, action)``; every env is sent its action first
+        (:meth:`~milegpo.envs.core.TextEnv.send_action`; an env in a wrapper is not: the wrapper may change the
+        action), and an env that fails there fails its step."""
         results = []
+        failed: dict[int, Result] = {}
         for i, action in items:
+            env = self.envs[i]
+            try:
+                if isinstance(env, TextEnv):
+                    env.send_action(action)
+            except Exception as exc:
+                failed[i] = self._fail(i, "step", exc)
+        for i, action in items:
+            if i in failed:
+                results.append(failed[i])
+                continue
             try:
                 results.append(("ok", self.envs[i].step(action)))
             except Exception as exc:
