@@ -27,6 +27,8 @@ the best (:func:`chosen_half_life`); then ALFWorld and WebShop with it, seeds 0-
     python benchmarks/memory_quality.py --stage heldout --envs alfworld webshop --seeds 0 1 2 3 4
     python benchmarks/memory_quality.py --tables-only
 
+The tables end with the task recurrence a learning benchmark run would see (:func:`learning_recurrence`).
+
 Each seed is filed in ``benchmarks/results/memory_quality.json`` when done; the tables go to
 ``memory_quality.md``.
 """
@@ -46,7 +48,7 @@ import learning_efficiency
 import numpy as np
 
 from milegpo.credit import MilestoneMemory, compute_credit, make_credit_config
-from milegpo.credit.memory import milegpo_with_memory
+from milegpo.credit.memory import TaskCounts, milegpo_with_memory
 
 RESULTS = Path(__file__).resolve().parent / "results" / "memory_quality"
 TUNING_HALF_LIVES = (2.0, 8.0, math.inf)
@@ -143,8 +145,45 @@ def score_sequence(env_name: str, sequence: list[cq.Groups], half_lives: tuple[f
                        for label in memory_configs}}
         row["pairs"], row["unsolved_pairs"] = pairs_total, unsolved_total
     row["steps"] = int(sum(g.batch("env").num_steps for g in sequence))
+    row["trajectories"] = int(sum(len(g.success) for g in sequence))
     row["success_rate"] = float(np.mean([s for g in sequence for s in g.success]))
     return row
+
+
+#: the learning benchmark's train splits (learning_efficiency.py's env settings): tasks, env-step budget
+LEARNING_SPLITS = {"house": (1000, 12_000), "coin": (1000, 12_000), "webshop": (396, 8_000),
+                   "alfworld": (48, 8_000), "alfworld-all": (144, 8_000)}
+
+
+def learning_recurrence(data: dict, half_life: float, runs: int = 20) -> dict:
+    """The task recurrence a learning benchmark run would see: its vec env draws 4 distinct tasks per
+    iteration from the train split (``env.n_tasks`` 4, ``K`` 8), for budget / (32 x mean episode length)
+    iterations (the random policy's episode length, from this file's sequences; ALFWorld's for both
+    ALFWorld settings), through a :class:`MilestoneMemory` of ``half_life`` fed each group's 8 trajectories."""
+    lengths = {}
+    for stage in data["stages"].values():
+        for env_name, seeds in stage["envs"].items():
+            groups = [r["steps"] / r["trajectories"] for r in seeds.values() if "trajectories" in r]
+            if groups:
+                lengths[env_name] = float(np.mean(groups))
+    config = make_credit_config("milegpo", memory_half_life=half_life)
+    empty = TaskCounts((), np.zeros((0, 3)), (), np.zeros((0, 2)), 8.0, 0.0)
+    out = {}
+    for env_name, (num_tasks, budget) in LEARNING_SPLITS.items():
+        length = lengths.get(env_name.split("-")[0])
+        if length is None:
+            continue
+        iterations = max(int(budget / (32 * length)), 1)
+        rates = []
+        for run in range(runs):
+            rng, memory = np.random.default_rng(run), MilestoneMemory()
+            for _ in range(iterations):
+                draw = rng.choice(num_tasks, size=min(4, num_tasks), replace=False)
+                memory = memory.advance([(int(task), empty) for task in draw], config)
+            rates.append(memory.recurrence_rate)
+        out[env_name] = {"train_tasks": num_tasks, "budget": budget, "episode_length": length,
+                         "iterations": iterations, "recurrence_rate": float(np.mean(rates))}
+    return out
 
 
 def load(path: Path) -> dict:
@@ -235,6 +274,15 @@ def tables(data: dict) -> str:
             label, scores = chosen_half_life(stage)
             lines += ["", "Mean Δ(memory − MileGPO) over envs × regimes × metrics: "
                       + ", ".join(f"{k} {v:+.4f}" for k, v in scores.items()) + f"; chosen: **{label}**."]
+        lines.append("")
+    if "tuning" in data["stages"]:
+        label = chosen_half_life(data["stages"]["tuning"])[0]
+        recurrence = learning_recurrence(data, float(label.split("=")[1]))
+        lines += [f"### Task recurrence in the learning benchmark's runs ({label}; simulated draws)", "",
+                  "| env | train tasks | env-step budget | random-policy episode length | iterations "
+                  "| recurrence rate |", "|---|---|---|---|---|---|"]
+        lines += [f"| {e} | {r['train_tasks']} | {r['budget']} | {r['episode_length']:.1f} | {r['iterations']} "
+                  f"| {r['recurrence_rate']:.3f} |" for e, r in recurrence.items()]
         lines.append("")
     return "\n".join(lines)
 
