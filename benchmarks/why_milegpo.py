@@ -12,6 +12,8 @@ number in the summary is typed by hand:
 
 The same comparison against G2PO (the newest graph method with public code) follows in its own
 table, where its runs exist (learning: House and TWX coin; credit quality: every env scored with it).
+Then MileGPO's opt-in milestone memory against MileGPO and against GraphGPO, from
+``memory_quality.json`` (``benchmarks/memory_quality.py``; its tuning and held-out stages).
 
 A difference is **ahead** when its 95 % interval lies above zero, **behind** when below, and
 **level** otherwise; with fewer than 3 seeds (e.g. WebShop's random groups, where few seeds
@@ -137,8 +139,33 @@ def credit_comparisons() -> list[Comparison]:
     return rows
 
 
-def table(rows: list[Comparison], baseline: str = "GraphGPO") -> str:
-    lines = [f"| env | state keys | start | measure | MileGPO − {baseline} [95% CI] | seeds | verdict |",
+def memory_comparisons(baseline: str) -> list[Comparison]:
+    """MileGPO with its milestone memory (the protocol's chosen half-life) − ``baseline`` (``"milegpo"`` or
+    ``"graphgpo"``) from ``memory_quality.json`` (``benchmarks/memory_quality.py``: random-policy groups drawn
+    in a training sequence), per stage (tuning: House, TWX coin; held-out: ALFWorld, WebShop), env and regime."""
+    import memory_quality
+
+    path = RESULTS / "memory_quality.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    if "tuning" not in data["stages"]:
+        return []
+    chosen = memory_quality.chosen_half_life(data["stages"]["tuning"])[0]
+    rows = []
+    for stage_name, stage in data["stages"].items():
+        start = f"random policy, sequence ({stage_name})"
+        for c in memory_quality.comparisons(stage):
+            if c["variant"] != chosen or c["metric"] not in memory_quality.METRICS:
+                continue
+            d = c[f"vs_{baseline}"]
+            rows.append(Comparison(c["env"], REGIME_NAMES[c["regime"]], start, "credit", c["metric"].replace("_", " "),
+                                   d["mean"], d["low"], d["high"], d["n"]))
+    return rows
+
+
+def table(rows: list[Comparison], baseline: str = "GraphGPO", method: str = "MileGPO") -> str:
+    lines = [f"| env | state keys | start | measure | {method} − {baseline} [95% CI] | seeds | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.env, r.regime, r.start, r.kind, r.metric)):
         verdict = {"ahead": "**ahead**", "behind": "*behind*"}.get(r.verdict, r.verdict)
@@ -175,8 +202,14 @@ def main() -> None:
     text = summary(rows)
     g2po = learning_comparisons("g2po") + credit_comparisons_against("G2PO")
     out = RESULTS / "why_milegpo.md"
+    memory = "MileGPO + memory"
+    memory_part = "".join(
+        f"\n### {memory} (ours, opt-in) against {label}\n\n"
+        f"{summary(rows_of, label).replace('MileGPO is', f'{memory} is')}\n\n{table(rows_of, label, memory)}\n"
+        for label, rows_of in (("MileGPO", memory_comparisons("milegpo")), ("GraphGPO", memory_comparisons("graphgpo")))
+        if rows_of)
     out.write_text(f"{text}\n\n{table(rows)}\n\n### MileGPO against G2PO\n\n{summary(g2po, 'G2PO')}\n\n"
-                   f"{table(g2po, 'G2PO')}\n")
+                   f"{table(g2po, 'G2PO')}\n{memory_part}")
     write_readme_block(text)
     print(out.read_text())
 
