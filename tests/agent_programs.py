@@ -55,3 +55,24 @@ class FaultyAgentEnv(AgentEnv):
     def __init__(self, **kwargs: Any):
         kwargs.setdefault("timeout", 2.0)
         super().__init__(faulty, ["ok", "raise", "hang", "silent"], vocabulary=["room moved go"], **kwargs)
+
+
+_barrier: asyncio.Barrier | None = None  # per process (a worker's programs share its own)
+
+
+async def waits_for_the_others(client: openai.AsyncOpenAI, task: str) -> float:
+    """Two requests; after the first reply the program waits until four programs of its process have theirs (a
+    tool that needs the others' moves), then sends its second request."""
+    global _barrier
+    for turn in range(2):
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"{task} {turn}"}])
+        if turn == 0:
+            _barrier = _barrier or asyncio.Barrier(4)
+            await asyncio.wait_for(_barrier.wait(), timeout=60)
+    return 1.0
+
+
+class WaitingEnv(AgentEnv):
+    def __init__(self, **kwargs: Any):
+        kwargs.setdefault("timeout", 20.0)
+        super().__init__(waits_for_the_others, ["hall"], **kwargs)

@@ -350,3 +350,21 @@ def test_the_programs_of_a_batch_get_their_replies_at_once(agent_model: str) -> 
     assert not dones.any() and not any(info.get("env_error") for info in infos)
     assert all(info["agent_request"]["messages"][0]["content"] == "hall 1" for info in infos)
     env.close()
+
+
+def test_a_workers_programs_get_their_replies_before_it_steps_their_envs(agent_model: str) -> None:
+    """With the envs in a worker process, the worker sends every env its action before it steps them one after
+    the other (``TextEnv.send_action``): the four programs that each wait for the others' first replies all
+    reach their second request. Answered only when its env is stepped, the first would wait in vain and end
+    with a timeout."""
+    policy = make_policy(agent_model)
+    env = make_vec_env(agent_programs.WaitingEnv, n_tasks=1, group_size=4, seed=0, subprocess=True, n_workers=1)
+    try:
+        env.reset()
+        samples = policy.act(list(env.observations), env.reset_infos, [[] for _ in range(4)])
+        _, _, dones, infos = env.step([s.text for s in samples])
+        assert not dones.any() and not any(info.get("env_error") for info in infos)
+        assert all(info["agent_request"]["messages"][0]["content"] == "hall 1" for info in infos)
+    finally:
+        env.close()
+
