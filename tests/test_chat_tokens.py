@@ -153,3 +153,27 @@ def test_a_turn_is_its_pair_and_keeps_its_sample_through_pickle() -> None:
     copy = pickle.loads(pickle.dumps(turn))
     assert type(copy) is Turn and copy == turn and copy.sample is not None and copy.sample.prompt_ids == [1, 2]
     assert Turn("o", "a").sample is None
+
+
+def test_a_template_that_drops_earlier_reasoning_is_rendered_as_text(smollm: str) -> None:
+    """A template that keeps only the answer of replies before the last user message (Qwen3's does) would not
+    show the model its appended reasoning: it is detected and the prompt is the template's own render."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm)
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% set content = m['content'] %}"
+        "{% if m['role'] == 'assistant' and not loop.last %}{% set content = content.split('</think>')[-1] %}"
+        "{% endif %}{{ '<|im_start|>' + m['role'] + '\n' + content + '<|im_end|>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    builder = ChatPromptBuilder(tokenizer, "Answer.", history_length=4, max_prompt_tokens=4096,
+                                stop_ids=[tokenizer.eos_token_id])
+    reply = "<think>the door is north</think><action>go north</action>"
+    ids = [*tokenizer.encode(reply, add_special_tokens=False), tokenizer.eos_token_id]
+    first = builder.build("t", "obs 0", [], {})
+    sample = ActionSample(text="go north", prompt_ids=first, action_ids=ids, candidate_ids=None, chosen=None,
+                          old_logprobs=np.zeros(len(ids), np.float32), parsed=True, raw_text=reply)
+    history = [Turn("obs 0", reply, sample)]
+    prompt = builder.build("t", "obs 1", history, {})
+    assert prompt == builder.encode(builder.messages("t", "obs 1", history, {}))
+    assert "the door is north" not in tokenizer.decode(prompt)

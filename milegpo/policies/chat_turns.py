@@ -32,8 +32,9 @@ from milegpo.policies.tools import chat_template_for_tools
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-#: stands for a reply's content in the probe renders
-PROBE_REPLY = "\x00milegpo-reply\x00"
+#: stands for a reply's content in the probe renders: reasoning, then an answer (a template that drops the
+#: reasoning of earlier replies, as Qwen3's does, changes it and is rendered as text)
+PROBE_REPLY = "<think>\x00milegpo-reasoning\x00</think>\n\n\x00milegpo-reply\x00"
 #: conversations before the probed turn: what follows a reply must be the same after each of them
 PROBE_OPENINGS: tuple[tuple[dict[str, str], ...], ...] = (
     ({"role": "user", "content": "x"},),
