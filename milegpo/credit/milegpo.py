@@ -330,8 +330,9 @@ def milegpo(batch: StepBatch, config: MileGPOConfig | None = None, graph: TaskGr
     """
     cfg = config or MileGPOConfig()
     if cfg.memory_half_life > 0 and evidence is None:
-        raise ValueError(f"memory_half_life={cfg.memory_half_life} needs the milestone memory of earlier iterations, "
-                         "which compute_credit does not carry: call milegpo.credit.memory.remembered_credit "
+        raise ValueError(f"memory_half_life={cfg.memory_half_life}: MileGPO with the milestone memory needs the "
+                         "memory of earlier iterations, which compute_credit does not carry (nor can a report "
+                         "recompute it from a kept batch): credit through milegpo.credit.memory.remembered_credit "
                          "(the trainer does), or set memory_half_life=0")
     graph = graph or build_task_graph(batch, batch.success_mask(cfg.success_threshold))
     counted = graph if evidence is None else evidence
