@@ -8,7 +8,9 @@
 * **assign credit** (:func:`assign_credit`): this rank's credit, the env steps
   and rollout statistics of all ranks, the check that the env could be played, the credit of
   the merged batch, the credit outputs (``credit_diagnostics.jsonl``, ``last_batch.npz``) and
-  the iteration's rollout log values.
+  the iteration's rollout log values; with MileGPO's milestone memory (``memory_half_life > 0``),
+  the credit reads :attr:`RolloutState.credit_memory` and the memory is advanced by every rank's
+  groups (:func:`remembered_global_credit`).
 
 The update (``train``) is the third seam, in :mod:`milegpo.algos.base`.
 
