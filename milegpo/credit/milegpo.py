@@ -189,8 +189,8 @@ class MileGPOConfig(GraphGPOConfig):
     shape_failed_tasks: bool = True
     diagnostics_top_k: int = 3
     memory_half_life: float = 0.0
-    memory_max_states: int = 4096
-    memory_max_tasks: int = 10000
+    memory_max_states: int = 1024
+    memory_max_tasks: int = 2000
 
     def __post_init__(self) -> None:
         super().__post_init__()
