@@ -33,6 +33,7 @@ from milegpo.config.policy import absolute_model_path
 from milegpo.envs import env_vocabulary, make_env
 from milegpo.envs.core import HELD_OUT_SPLIT
 from milegpo.run.config import TrainConfig, eval_task_seeds
+from milegpo.run.heap import frozen_heap
 from milegpo.run_folder import (
     BASE_MODEL_DIR,
     CHECKPOINTS_DIR,
@@ -304,24 +305,25 @@ def _train_locked(config: TrainConfig, world: Any, run_dir: Path, resume: bool, 
 
         model.set_logger(Logger(folder=None, output_formats=[]))  # rank 0 logs for everyone
     remaining = config.run.total_timesteps - model.num_timesteps
-    try:
-        if remaining > 0:
-            model.learn(remaining, callback=callbacks, reset_num_timesteps=not resumed,
-                        progress_bar=progress_bar and main)
-    finally:
-        env.close()
-        for eval_env in eval_envs:
-            eval_env.close()
-    signum = preemption.stop_requested()
-    if preemption.stop_agreed(world):  # stopped at a safe point: the last completed iteration is saved
-        assert signum is not None or world.distributed
-        if main and created and model.iterations == 0:
-            _remove_untrained(run_dir)
-        raise preemption.RunStopped(_stopped_message(run_dir, model, saver if main else None, signum, created),
-                                    signum or signal.SIGTERM)
-    if main:
-        model.save(run_dir / FINAL_DIR)
-        _finish(model, config, run_dir, verbose, progress_bar, logger=model.logger)
+    with frozen_heap():  # the libraries' and the model's objects skip the run's full cycle collections
+        try:
+            if remaining > 0:
+                model.learn(remaining, callback=callbacks, reset_num_timesteps=not resumed,
+                            progress_bar=progress_bar and main)
+        finally:
+            env.close()
+            for eval_env in eval_envs:
+                eval_env.close()
+        signum = preemption.stop_requested()
+        if preemption.stop_agreed(world):  # stopped at a safe point: the last completed iteration is saved
+            assert signum is not None or world.distributed
+            if main and created and model.iterations == 0:
+                _remove_untrained(run_dir)
+            raise preemption.RunStopped(_stopped_message(run_dir, model, saver if main else None, signum, created),
+                                        signum or signal.SIGTERM)
+        if main:
+            model.save(run_dir / FINAL_DIR)
+            _finish(model, config, run_dir, verbose, progress_bar, logger=model.logger)
     distributed.barrier(world)  # the other ranks wait for rank 0's final save and evaluation
     return run_dir
 
