@@ -20,7 +20,9 @@ have given the same ids on probe texts; every other call goes to the tokenizer.
 :class:`KeptPromptBuilder` keeps each state's prompt ids: the copies of a task and an episode
 going back and forth meet the same state again and again (in the CPU demo 86 % of the prompts
 were built before), and a kept prompt costs a dictionary lookup instead of formatting the
-template, wrapping it and looking its text up.
+template, wrapping it and looking its text up. A state is keyed on what its prompt shows: a
+template without ``{step}`` (the CPU demo's ``{task} {observation}``) shows a state alike at every
+step, so it is built once, not once per step number it is met at.
 
 :class:`CandidateTokens` keeps each command's candidate ids (its tokens and the end-of-turn
 token): reading ``tokenizer.eos_token_id`` costs ~10 µs in transformers 5, at every command of
@@ -29,6 +31,7 @@ every step.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -159,8 +162,9 @@ class CandidateTokens:
 class KeptPromptBuilder(PromptBuilder):
     """:class:`~milegpo.policies.prompts.PromptBuilder` on a :class:`RenderedChatTemplate` of the tokenizer,
     whose :meth:`build` keeps each state's prompt ids (at most ``max_entries``, the oldest half dropped when
-    full): a state is what the prompt shows of it, the task, the observation, the commands, the step number
-    and the last ``history_length`` steps, so a kept prompt is the one the builder would build again."""
+    full): a state is what the prompt shows of it, of the task, the observation, the commands, the step
+    number and the last ``history_length`` steps those the template shows, so a kept prompt is the one the
+    builder would build again."""
 
     def __init__(self, tokenizer: Any, prompt_template: str | None, instructions: str, history_length: int,
                  max_prompt_tokens: int, max_entries: int = 65536):
@@ -168,13 +172,21 @@ class KeptPromptBuilder(PromptBuilder):
                          max_prompt_tokens)
         self.max_entries = int(max_entries)
         self._kept: dict[tuple, tuple[int, ...]] = {}
+        shown = {name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None}
+        self._shows_task = "task" in shown
+        self._shows_commands = "admissible_commands" in shown
+        self._shows_history = "history" in shown and self.history_length > 0
+        # the step number is shown by {step}, and by the numbered steps of a shown history
+        self._shows_step = "step" in shown or self._shows_history
 
     def build(self, task: str, observation: str, history: Sequence[tuple[str, str]],
               commands: Sequence[str] | None) -> list[int]:
         """Prompt token ids within ``max_prompt_tokens`` (see :meth:`PromptBuilder.build`)."""
         shown = tuple(tuple(step) for step in history[len(history) - self.history_length:]) \
-            if self.history_length and history else ()
-        key = (task, observation, tuple(commands) if commands else (), len(history), shown)
+            if self._shows_history and history else ()
+        key = (task if self._shows_task else "", observation,
+               (tuple(commands) if commands else ()) if self._shows_commands else (),
+               len(history) if self._shows_step else 0, shown)
         ids = self._kept.get(key)
         if ids is None:
             if len(self._kept) >= self.max_entries:

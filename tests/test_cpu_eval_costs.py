@@ -1,0 +1,58 @@
+"""Evaluation's per-step work, kept or vectorised, against what it replaced: prompts kept per what they show."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from milegpo.policies import PromptBuilder, tiny_model
+from milegpo.policies.prompt_tokens import KeptPromptBuilder
+from milegpo.policies.prompts import INSTRUCTIONS
+
+TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box",
+         "Your task : put the apple in the fridge", "Step observation action"]
+TASKS = ["put the apple in the fridge", "open red box"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return AutoTokenizer.from_pretrained(tiny_model(TEXTS, tmp_path_factory.mktemp("tok")))
+
+
+@pytest.mark.parametrize("template", [
+    "{task} {observation}",
+    "{observation}",
+    "Step {step}: {observation}",
+    "{task} {history} {observation} [{admissible_commands}]",
+    "{task} {history} Step {step}: {observation} [{admissible_commands}] {instructions}",
+])
+@pytest.mark.parametrize("history_length", [0, 2])
+def test_kept_prompts_keyed_on_what_the_template_shows_equal_the_prompt_builder(tokenizer, template, history_length):
+    plain = PromptBuilder(tokenizer, template, INSTRUCTIONS["choose"], history_length, 512)
+    kept = KeptPromptBuilder(tokenizer, template, INSTRUCTIONS["choose"], history_length, 512)
+    rng = np.random.default_rng(history_length)
+    history: list[tuple[str, str]] = []
+    for step in range(60):
+        task = TASKS[step // 20 % 2]
+        obs = TEXTS[int(rng.integers(len(TEXTS)))]
+        commands = None if step % 7 == 0 else ["go to kitchen", "open red box"][: 1 + step % 2]
+        if step % 10 == 0:
+            history = []  # a new episode: the same states at other step numbers
+        assert kept.build(task, obs, history, commands) == plain.build(task, obs, history, commands)
+        history.append((obs, "go to kitchen" if step % 3 else "open red box"))
+
+
+def test_a_state_shown_without_its_step_number_is_built_once(tokenizer):
+    """The CPU demo's template shows the task and the observation only: a state met at ten step numbers is one
+    kept prompt (it was ten)."""
+    kept = KeptPromptBuilder(tokenizer, "{task} {observation}", INSTRUCTIONS["choose"], 0, 512)
+    history: list[tuple[str, str]] = []
+    for step in range(10):
+        kept.build(TASKS[0], TEXTS[0], history, ["go to kitchen", "open red box"][: 1 + step % 2])
+        history.append((TEXTS[0], "go to kitchen"))
+    assert len(kept._kept) == 1
+    numbered = KeptPromptBuilder(tokenizer, "Step {step}: {observation}", INSTRUCTIONS["choose"], 0, 512)
+    for step in range(10):
+        numbered.build(TASKS[0], TEXTS[0], history[:step], None)
+    assert len(numbered._kept) == 10  # a template that shows the step number: one prompt per step
