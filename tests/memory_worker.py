@@ -24,17 +24,22 @@ SEEDS = [[11, 12, 13, 14], [13, 11, 15, 12], [14, 15, 11, 13]]
 CONFIG = MileGPOConfig(memory_half_life=2.0)
 
 
-def rank_batch(iteration: int, rank: int, group_size: int = 6) -> StepBatch:
-    """Rank ``rank``'s two groups (task ids 0, 1) of ``iteration``: random walks over states s0..s6."""
-    rng = random.Random(100 * iteration + rank)
+def random_batch(seed: int, n_tasks: int = 4, group_size: int = 6, task_ids: list[int] | None = None) -> StepBatch:
+    """Random walks on a small state space per task (states shared across iterations)."""
+    rng = random.Random(seed)
     trajectories, success, tasks = [], [], []
-    for task in (0, 1):
+    for task in (task_ids if task_ids is not None else list(range(n_tasks))):
         for _ in range(group_size):
             states = ["s0"] + [f"s{rng.randint(0, 6)}" for _ in range(rng.randint(1, 6))]
             trajectories.append(states)
             success.append(states[-1] in ("s5", "s6"))
             tasks.append(task)
     return StepBatch.from_trajectories(trajectories, success=success, task_ids=tasks)
+
+
+def rank_batch(iteration: int, rank: int, group_size: int = 6) -> StepBatch:
+    """Rank ``rank``'s two groups (task ids 0, 1) of ``iteration``: random walks over states s0..s6."""
+    return random_batch(100 * iteration + rank, group_size=group_size, task_ids=[0, 1])
 
 
 def rank_keys(draw: list[int], rank: int) -> dict[int, int]:

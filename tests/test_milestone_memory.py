@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,21 +18,9 @@ from milegpo.credit.memory import milegpo_with_memory
 
 sys.path.insert(0, str(Path(__file__).parent))
 import memory_worker  # noqa: E402
+from memory_worker import random_batch  # noqa: E402
 
 WORKER = str(Path(__file__).parent / "memory_worker.py")
-
-
-def random_batch(seed: int, n_tasks: int = 4, group_size: int = 6, task_ids: list[int] | None = None) -> StepBatch:
-    """Random walks on a small state space per task (states shared across iterations)."""
-    rng = random.Random(seed)
-    trajectories, success, tasks = [], [], []
-    for task in (task_ids if task_ids is not None else list(range(n_tasks))):
-        for _ in range(group_size):
-            states = ["s0"] + [f"s{rng.randint(0, 6)}" for _ in range(rng.randint(1, 6))]
-            trajectories.append(states)
-            success.append(states[-1] in ("s5", "s6"))
-            tasks.append(task)
-    return StepBatch.from_trajectories(trajectories, success=success, task_ids=tasks)
 
 
 def milegpo_config(**memory) -> MileGPOConfig:
