@@ -1,4 +1,5 @@
-"""Evaluation's per-step work, kept or vectorised, against what it replaced: prompts kept per what they show."""
+"""Evaluation's per-step work, kept or vectorised, against what it replaced: prompts kept per what they show,
+House's texts kept per state."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from milegpo.envs import house
+from milegpo.envs.house import HouseEnv, Layout, State, admissible, describe, transition
 from milegpo.policies import PromptBuilder, tiny_model
 from milegpo.policies.prompt_tokens import KeptPromptBuilder
 from milegpo.policies.prompts import INSTRUCTIONS
@@ -56,3 +59,47 @@ def test_a_state_shown_without_its_step_number_is_built_once(tokenizer):
     for step in range(10):
         numbered.build(TASKS[0], TEXTS[0], history[:step], None)
     assert len(numbered._kept) == 10  # a template that shows the step number: one prompt per step
+
+
+@pytest.mark.parametrize("split", ["train", "eval_id", "eval_ood"])
+def test_house_texts_kept_per_state_equal_fresh_ones_at_every_state(split, monkeypatch):
+    """The description, commands and key an env shows equal ``describe`` / ``admissible`` / ``key()`` computed
+    afresh, at every state of random walks, with a cache that fills and is emptied along the way; a second env
+    walking the same states computes none of them again."""
+    monkeypatch.setattr(house, "STATE_TEXTS_MAX", 50)
+    house._STATE_TEXTS.clear()
+    env = HouseEnv(split=split)
+    rng = np.random.default_rng(7)
+    for seed in range(12):
+        obs, info = env.reset(seed=seed)
+        assert obs == f"{env.layout.task} {describe(env.layout, env.state)}"
+        for _ in range(40):
+            assert info["admissible_commands"] == admissible(env.layout, env.state)
+            assert info["state_key"] == env.state.key() and len(house._STATE_TEXTS) <= 50
+            command = str(rng.choice(info["admissible_commands"]))
+            state, feedback = transition(env.layout, env.state, command)
+            obs, _, terminated, truncated, info = env.step(command)
+            assert obs == (feedback if state.won else f"{feedback} {describe(env.layout, state)}".lstrip())
+            if terminated or truncated:
+                break
+
+    monkeypatch.setattr(house, "STATE_TEXTS_MAX", 32768)
+
+    def walk(env: HouseEnv) -> list[str]:
+        rng = np.random.default_rng(3)
+        _, info = env.reset(seed=1)
+        keys = [info["state_key"]]
+        for _ in range(20):
+            *_, info = env.step(str(rng.choice(info["admissible_commands"])))
+            keys.append(info["state_key"])
+        return keys
+
+    first = walk(HouseEnv(split=split))
+    calls: list[State] = []
+
+    def counted(layout: Layout, state: State) -> list[str]:
+        calls.append(state)
+        return admissible(layout, state)
+
+    monkeypatch.setattr(house, "admissible", counted)
+    assert walk(HouseEnv(split=split)) == first and calls == []  # the same states: all kept from the first walk

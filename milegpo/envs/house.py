@@ -47,7 +47,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from milegpo.envs.core import TextEnv
 from milegpo.envs.house_world import (  # noqa: F401 (the world model's names are public here too)
@@ -206,6 +206,41 @@ def _draw_layout(rng: random.Random, split: str) -> Layout | None:
     )
 
 
+# ----------------------------------------------------------------- state texts
+class StateTexts(NamedTuple):
+    """What a House state shows and is called: its room description, its sorted commands, its key."""
+
+    layout: Layout  # the layout they were computed in (held, so its id in the cache's key stays its own)
+    description: str
+    commands: tuple[str, ...]
+    key: str
+
+
+#: each state's texts by (id of its layout, state), shared by every env of the process (see :func:`state_texts`)
+_STATE_TEXTS: dict[tuple[int, State], StateTexts] = {}
+#: the most states whose texts are kept (about 1 kB each): the cache is emptied when it is full
+STATE_TEXTS_MAX = 32768
+
+
+def state_texts(layout: Layout, state: State) -> StateTexts:
+    """``describe``, ``admissible`` and ``state.key()`` of ``state`` in ``layout``, computed once per process.
+
+    An episode meets the same states again and again (the copies of a task, a policy going back and forth,
+    every evaluation of the same tasks), and the three texts were computed at every step: about 20 µs a
+    step, most of House's own time. They are pure functions of the (immutable) layout and state, so they
+    are kept, keyed by the layout's id and the state: an entry holds its layout, so no other layout can
+    take that id while the entry is there.
+    """
+    key = (id(layout), state)
+    texts = _STATE_TEXTS.get(key)
+    if texts is None:
+        if len(_STATE_TEXTS) >= STATE_TEXTS_MAX:
+            _STATE_TEXTS.clear()
+        commands = tuple(admissible(layout, state))
+        texts = _STATE_TEXTS[key] = StateTexts(layout, describe(layout, state), commands, state.key())
+    return texts
+
+
 # ------------------------------------------------------------------------ env
 class HouseEnv(TextEnv):
     """The House text env (see the module docstring).
@@ -233,9 +268,9 @@ class HouseEnv(TextEnv):
         self.task_index = 0
         self.layout = generate_layout(split, 0)
         self.state = initial_state(self.layout)
-        # the commands of the last state asked about: a step checks its action against the commands of the
-        # state that the previous step's info listed (the same state object, the same layout)
-        self._commands_of: tuple[Layout, State, list[str]] | None = None
+        # the texts of the last state asked about: a step checks its action against the commands of the state
+        # that the previous step's info listed, then describes, lists and keys its new state
+        self._texts_of: tuple[Layout, State, StateTexts] | None = None
 
     @staticmethod
     def vocabulary() -> list[str]:
@@ -247,24 +282,28 @@ class HouseEnv(TextEnv):
         index = int(self.np_random.integers(self.num_tasks)) if seed is None else seed % self.num_tasks
         self.task_index, self.layout = index, generate_layout(self.split, index)
         self.state = initial_state(self.layout)
-        observation = f"{self.layout.task} {describe(self.layout, self.state)}"
+        observation = f"{self.layout.task} {self._texts().description}"
         return observation, {"task": self.layout.task, "task_index": index, "split": self.split}
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         self.state, feedback = transition(self.layout, self.state, action)
-        observation = feedback if self.state.won else f"{feedback} {describe(self.layout, self.state)}".lstrip()
+        observation = feedback if self.state.won else f"{feedback} {self._texts().description}".lstrip()
         return observation, 10.0 if self.state.won else 0.0, self.state.won, {"won": self.state.won}
+
+    def _texts(self) -> StateTexts:
+        """The current state's texts (:func:`state_texts`), looked up once per state object."""
+        kept = self._texts_of
+        if kept is None or kept[0] is not self.layout or kept[1] is not self.state:
+            kept = self._texts_of = (self.layout, self.state, state_texts(self.layout, self.state))
+        return kept[2]
 
     def admissible_commands(self) -> list[str]:
         """The commands valid in the current state (a fresh list each call; computed once per state)."""
-        kept = self._commands_of
-        if kept is None or kept[0] is not self.layout or kept[1] is not self.state:
-            kept = self._commands_of = (self.layout, self.state, admissible(self.layout, self.state))
-        return list(kept[2])
+        return list(self._texts().commands)
 
     def state_key(self) -> str:
         """The true state (not the text): location, pit progress, objects, doors, containers."""
-        return self.state.key()
+        return self._texts().key
 
     def solve(self) -> list[str] | None:
         """An optimal winning command list from the current state (BFS), or None if none exists."""
