@@ -368,3 +368,19 @@ def test_a_workers_programs_get_their_replies_before_it_steps_their_envs(agent_m
     finally:
         env.close()
 
+
+
+@pytest.mark.parametrize("prompt_format", ["chat", "template"])
+def test_a_continued_conversation_grows_from_the_sampled_ids_in_either_prompt_format(agent_model: str,
+                                                                                     prompt_format: str) -> None:
+    """An agent's request brings its own messages whatever the policy's prompt format: in the template format
+    too, the second request's prompt is the first prompt, the sampled reply and the new message's ids."""
+    policy = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-3, model=agent_model, device="cpu",
+                       **{**GENERATE, "prompt_format": prompt_format})
+    env = agent_programs.ThreeTurnsEnv()
+    observation, info = env.reset(seed=0)
+    first = policy.act([observation], [info], [[]])[0]
+    observation, _, _, _, info = env.step(first.text)
+    second = policy.act([observation], [info], [[Turn(observation, first.text, first)]])[0]
+    assert second.prompt_ids[: len(first.prompt_ids) + len(first.action_ids)] == first.prompt_ids + first.action_ids
+    env.close()

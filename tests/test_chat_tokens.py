@@ -4,6 +4,7 @@ policy sampled and the template's ids after them, never the re-tokenised text of
 from __future__ import annotations
 
 import pickle
+import warnings
 from typing import Any
 
 import numpy as np
@@ -135,7 +136,14 @@ def test_a_template_that_rewrites_earlier_turns_is_rendered_as_text(smollm: str)
     info = {"task": "t"}
     history: list[Turn] = []
     for t in range(3):
-        prompt = builder.build("t", f"obs {t}", history, info)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            prompt = builder.build("t", f"obs {t}", history, info)
+        assert [str(w.message) for w in caught if "turn by turn" in str(w.message)] == (
+            ["the chat template does not render a conversation turn by turn (what follows a reply depends on the "
+             "earlier turns, or an earlier turn changes when one is added): its prompts are rendered from the "
+             "conversation's text, so earlier replies reach the model re-tokenised and each turn is scored on its "
+             "own"] if t == 1 else [])  # said once, when the first reply is to be shown
         assert prompt == builder.encode(builder.messages("t", f"obs {t}", history, info))
         ids = [*tokenizer.encode("an odd reply", add_special_tokens=False), 7]  # not the text's own ids
         sample = ActionSample(text="x", prompt_ids=prompt, action_ids=ids, candidate_ids=None, chosen=None,
@@ -174,6 +182,50 @@ def test_a_template_that_drops_earlier_reasoning_is_rendered_as_text(smollm: str
     sample = ActionSample(text="go north", prompt_ids=first, action_ids=ids, candidate_ids=None, chosen=None,
                           old_logprobs=np.zeros(len(ids), np.float32), parsed=True, raw_text=reply)
     history = [Turn("obs 0", reply, sample)]
-    prompt = builder.build("t", "obs 1", history, {})
+    with pytest.warns(UserWarning, match="turn by turn"):
+        prompt = builder.build("t", "obs 1", history, {})
     assert prompt == builder.encode(builder.messages("t", "obs 1", history, {}))
     assert "the door is north" not in tokenizer.decode(prompt)
+
+
+def test_a_template_that_keeps_state_across_tool_outputs_is_rendered_as_text(smollm: str) -> None:
+    """A template that renders a tool output differently after an earlier one (DeepSeek-V3's opens a block of
+    outputs once, until an assistant message with tool calls) changes what follows a reply with the turns before
+    it: the probe of an earlier turn ending in a tool output finds it, and the prompt is rendered as text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm)
+    tokenizer.chat_template = (
+        "{% set ns = namespace(first=true) %}{% for m in messages %}"
+        "{% if m['role'] == 'tool' %}{% if ns.first %}{{ '<outputs>' }}{% set ns.first = false %}{% else %}"
+        "{{ '\n' }}{% endif %}{{ '<output>' + m['content'] + '</output>' }}"
+        "{% else %}{% if m.get('tool_calls') %}{% set ns.first = true %}{% endif %}"
+        "{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    builder = ChatPromptBuilder(tokenizer, "Answer.", history_length=4, max_prompt_tokens=4096,
+                                stop_ids=[tokenizer.eos_token_id])
+    assert builder.turn_ids is not None
+    with pytest.warns(UserWarning, match="turn by turn"):
+        assert not builder.turn_ids.turn_by_turn(None, ["tool"])
+    assert builder.turn_ids.turn_by_turn(None, ["user"])  # its user turns do render turn by turn
+
+
+def test_the_current_observation_is_shown_when_no_past_turn_is(model_path: str) -> None:
+    """With no past turn shown (``history_length=0``, or a budget that leaves none) the prompt shows the task and
+    the current observation, not the episode's first one; a budget that drops every past turn says so once."""
+    policy = chat_policy(model_path, history_length=0)
+    info = {"task": "find the key", "action_format": "tags"}
+    first = policy.build_prompt("you are in the hall", info, [])
+    sample = ActionSample(text="go north", prompt_ids=first, action_ids=[5, 6], candidate_ids=None, chosen=None,
+                          old_logprobs=np.zeros(2, np.float32), parsed=True, raw_text="<action>go north</action>")
+    history = [Turn("you are in the hall", sample.raw_text, sample)]
+    later = policy.tokenizer.decode(policy.build_prompt("you are in the kitchen", info, history))
+    assert "kitchen" in later and "hall" not in later
+    opening = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "you are in the hall"}]
+    messages = policy.chat.messages("", "you are in the kitchen", history, {"messages": opening}, k=0)
+    assert messages == [*opening, {"role": "user", "content": "you are in the kitchen"}]
+    tight = chat_policy(model_path, history_length=4)
+    tight.chat.max_prompt_tokens = len(tight.build_prompt("you are in the kitchen", info, [])) + 2
+    with pytest.warns(UserWarning, match="shows the opening and the current observation only"):
+        cut = tight.tokenizer.decode(tight.build_prompt("you are in the kitchen", info, history))
+    assert "kitchen" in cut and "hall" not in cut

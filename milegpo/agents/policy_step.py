@@ -32,7 +32,6 @@ def request_prompt(policy: Any, request: Mapping[str, Any], history: Sequence[tu
     the policy wrote it, that step's prompt and sampled ids and the ids of the messages new since
     (:func:`continued_prompt`). ``ValueError`` when the tokenizer has no chat template or the prompt
     exceeds ``max_prompt_tokens``."""
-    from milegpo.policies.prompts import ChatPromptBuilder
     from milegpo.policies.tools import renders_tools
     from milegpo.serve.messages import chat_messages
 
@@ -41,7 +40,7 @@ def request_prompt(policy: Any, request: Mapping[str, Any], history: Sequence[tu
         raise ValueError(f"an agent program's requests are chat messages, and the tokenizer of {policy.model_name} "
                          "has no chat template: train an instruct/chat model")
     limit = int(policy.config.max_prompt_tokens)
-    prompts = policy.chat or ChatPromptBuilder(tokenizer, "", 0, limit)
+    prompts = policy.request_prompts
     messages = chat_messages(list(request["messages"]), renders_tools(tokenizer))
     ids = continued_prompt(prompts, request, messages, history, renders_tools(tokenizer)) or \
         prompts.encode(messages, request.get("tools"))

@@ -24,6 +24,7 @@ builder then renders the conversation as text, as for a history without sampled 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +36,20 @@ if TYPE_CHECKING:
 #: stands for a reply's content in the probe renders: reasoning, then an answer (a template that drops the
 #: reasoning of earlier replies, as Qwen3's does, changes it and is rendered as text)
 PROBE_REPLY = "<think>\x00milegpo-reasoning\x00</think>\n\n\x00milegpo-reply\x00"
-#: conversations before the probed turn: what follows a reply must be the same after each of them
+#: conversations before the probed turn: what follows a reply must be the same after each of them, and after
+#: an earlier turn ending in each role the probe uses (:func:`probe_openings`)
 PROBE_OPENINGS: tuple[tuple[dict[str, str], ...], ...] = (
     ({"role": "user", "content": "x"},),
     ({"role": "system", "content": "s"}, {"role": "user", "content": "y z"}),
-    ({"role": "user", "content": "x"}, {"role": "assistant", "content": "r"}, {"role": "user", "content": "w"}),
 )
+
+
+def probe_openings(roles: Sequence[str]) -> list[tuple[dict[str, str], ...]]:
+    """:data:`PROBE_OPENINGS` and, per role in ``roles``, an earlier turn whose reply that role answered (a
+    template that keeps state across messages of a role, such as DeepSeek-V3's tool outputs, then shows it)."""
+    earlier = [({"role": "user", "content": "x"}, {"role": "assistant", "content": "r"}, {"role": role, "content": "w"})
+               for role in dict.fromkeys(["user", *roles])]
+    return [*PROBE_OPENINGS, *earlier]
 PROBE_CONTENTS = ("o", "  two lines\nof text  ", "ünï <tag> {x}")
 #: the most message lists whose ids are kept (all dropped when full)
 MAX_KEPT = 65536
@@ -62,6 +71,7 @@ class TurnIds:
         self.stop_ids = frozenset(int(i) for i in stop_ids)
         self._tokens = tokens
         self._turn_by_turn: dict[str, bool] = {}  # per tool set: whether the template renders turn by turn
+        self._warned = False
         self._after: dict[str, tuple[int, ...] | None] = {}  # per (messages, tools)
 
     def render(self, messages: Messages, tools: Sequence[Mapping[str, Any]] | None) -> str:
@@ -91,11 +101,17 @@ class TurnIds:
         if known is None:
             try:
                 afters = [{self._after_text(opening, [{"role": role, "content": content} for role in roles], tools)
-                           for opening in PROBE_OPENINGS} for content in PROBE_CONTENTS]
+                           for opening in probe_openings(roles)} for content in PROBE_CONTENTS]
                 known = all(len(texts) == 1 and None not in texts for texts in afters)
             except Exception:  # a template that cannot render the probes (roles it refuses): rendered as text
                 known = False
             self._turn_by_turn[key] = known
+            if not known and not self._warned:
+                warnings.warn("the chat template does not render a conversation turn by turn (what follows a reply "
+                              "depends on the earlier turns, or an earlier turn changes when one is added): its "
+                              "prompts are rendered from the conversation's text, so earlier replies reach the model "
+                              "re-tokenised and each turn is scored on its own", stacklevel=4)
+                self._warned = True
         return known
 
     def after(self, reply_ids: Sequence[int], messages: Messages,

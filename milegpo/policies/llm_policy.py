@@ -100,6 +100,7 @@ class LLMPolicy(AdapterFilesMixin):
                                          config.history_length, config.max_prompt_tokens)
         self.chat = ChatPromptBuilder(self.tokenizer, instructions, config.history_length, config.max_prompt_tokens,
                                       stop_ids=self.eos_ids) if config.prompt_format == "chat" else None
+        self._request_prompts: ChatPromptBuilder | None = None
         self.parse = action_parser(config.action_parser, self.tokenizer)
         self._command_tokens = CandidateTokens(self.tokenizer)
         self._rng = np.random.default_rng(seed)
@@ -166,6 +167,18 @@ class LLMPolicy(AdapterFilesMixin):
             return self.chat.build(str(info.get("task", "")), str(observation), history, info)
         commands = info.get("admissible_commands")
         return self.prompts.build(str(info.get("task", "")), str(observation), history, commands)
+
+    @property
+    def request_prompts(self) -> ChatPromptBuilder:
+        """The chat prompts of requests that bring their own messages (an agent program's): the policy's chat
+        builder, or, in the template format, one without instructions or history (built once, growing a
+        continued conversation from the sampled ids all the same)."""
+        if self.chat is not None:
+            return self.chat
+        if self._request_prompts is None:
+            self._request_prompts = ChatPromptBuilder(self.tokenizer, "", 0, self.config.max_prompt_tokens,
+                                                      stop_ids=self.eos_ids)
+        return self._request_prompts
 
     def history_text(self, sample: ActionSample) -> str:
         """What a step's history keeps of its action: the action (template prompts show the past

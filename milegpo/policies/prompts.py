@@ -265,6 +265,7 @@ class ChatPromptBuilder:
         self.max_prompt_tokens = max_prompt_tokens
         self.turn_ids = TurnIds(tokenizer, stop_ids, TokenCache(tokenizer)) if stop_ids is not None else None
         self._openings: dict[str, tuple[int, ...]] = {}
+        self._warned = False
 
     def messages(self, task: str, observation: str, history: Sequence[tuple[str, str]],
                  info: Mapping[str, Any], k: int | None = None) -> list[dict[str, str]]:
@@ -275,20 +276,24 @@ class ChatPromptBuilder:
         ``messages``, ``observation_role``).
         """
         k = self.history_length if k is None else k
-        conversation = self.opening(task, observation, history, info)
+        conversation = self.opening(task, observation, history, info, k)
         role = str(info.get("observation_role", "user"))
         for (_, reply), after in _shown_turns(observation, history, k):
             conversation += [{"role": "assistant", "content": reply}, {"role": role, "content": after}]
         return conversation
 
-    def opening(self, task: str, observation: str, history: Sequence[tuple[str, str]],
-                info: Mapping[str, Any]) -> list[dict[str, str]]:
-        """The messages before the first reply: the env's opening ``messages``, or one user message with the
-        task, the first observation and the instructions."""
+    def opening(self, task: str, observation: str, history: Sequence[tuple[str, str]], info: Mapping[str, Any],
+                k: int) -> list[dict[str, str]]:
+        """The messages before the first shown reply: the env's opening ``messages``, or one user message with
+        the task, the first observation and the instructions. When no past turn is shown (``k = 0``) after the
+        first step, the current observation stands where the first one stood (the env's opening is followed by
+        it as an observation message), so the model always sees where it is now."""
         opening = info.get("messages")
+        current_only = bool(history) and k <= 0
         if opening:
-            return [dict(m) for m in opening]
-        first = history[0][0] if history else observation
+            role = str(info.get("observation_role", "user"))
+            return [dict(m) for m in opening] + ([{"role": role, "content": observation}] if current_only else [])
+        first = observation if current_only or not history else history[0][0]
         content = f"Your task: {task.strip()}\n{first.strip()}" if task.strip() else first.strip()
         instructions = self.instructions
         if info.get("action_format") == "tools":  # a call, not <action> tags: one format asked for
@@ -304,6 +309,11 @@ class ChatPromptBuilder:
             ids = self.appended(task, observation, history, info, k) or \
                 self.encode(self.messages(task, observation, history, info, k), tools)
             if len(ids) <= self.max_prompt_tokens:
+                if k == 0 and history and self.history_length and not self._warned:
+                    warnings.warn(f"a chat prompt exceeds max_prompt_tokens={self.max_prompt_tokens} with even its "
+                                  "last past turn: it shows the opening and the current observation only (raise "
+                                  "max_prompt_tokens to keep past turns)", stacklevel=3)
+                    self._warned = True
                 return ids
         raise ValueError(f"the chat prompt does not fit max_prompt_tokens={self.max_prompt_tokens} even without "
                          f"past turns ({len(ids)} tokens): raise max_prompt_tokens")
@@ -321,7 +331,7 @@ class ChatPromptBuilder:
             return None
         tools = info.get("tools") or None
         role = str(info.get("observation_role", "user"))
-        ids = list(self._opening_ids(self.opening(task, observation, history, info), tools))
+        ids = list(self._opening_ids(self.opening(task, observation, history, info, k), tools))
         for sample, (_, after) in zip(samples, shown):
             reply = sample.action_ids  # type: ignore[union-attr]  # checked above
             closing = self.turn_ids.after(reply, [{"role": role, "content": after}], tools)
