@@ -162,7 +162,7 @@ def choose_candidates(scores: Sequence[th.Tensor], temperature: float, determini
     counts = np.fromiter(map(len, scores), dtype=np.int64, count=len(scores))
     width = int(counts.max(initial=0))
     present = np.arange(width)[None, :] < counts[:, None]
-    flat = th.cat([s.detach().reshape(-1) for s in scores]).float().cpu()
+    flat = th.cat(list(scores)).detach().reshape(-1).float().cpu()  # one call for the rows (each 1-D)
     padded = th.full((len(scores), width), float("-inf"))
     padded[th.from_numpy(present)] = flat
     log_pi = th.log_softmax(padded / temperature, dim=-1)

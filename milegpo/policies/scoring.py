@@ -418,13 +418,13 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
     acting = forward_model(model)  # the merged copy when acting (milegpo.policies.model.merged_forwards)
     kept = _ACTING_SCORES.setdefault(acting, {}) if acting is not model else None
     model = acting
-    first: dict[tuple, int] = {}
-    source = [first.setdefault((tuple(p), tuple(map(tuple, c))), i)
+    first: dict[tuple, int] = {}  # each distinct (prompt, candidates, candidate_score): its first row
+    source = [first.setdefault((tuple(p), tuple(map(tuple, c)), candidate_score), i)
               for i, (p, c) in enumerate(zip(prompts, candidates))]
     scores: list[th.Tensor] = [th.empty(0)] * len(prompts)
     if kept is not None:
         for key, i in list(first.items()):
-            found = kept.get(key + (candidate_score,))
+            found = kept.get(key)
             if found is not None:
                 scores[i] = found
                 del first[key]
@@ -453,5 +453,5 @@ def candidate_scores(model: th.nn.Module, prompts: Sequence[Sequence[int]],
             for key in list(kept)[: len(kept) // 2]:
                 del kept[key]
         for key, i in first.items():
-            kept[key + (candidate_score,)] = scores[i]
+            kept[key] = scores[i]
     return [scores[i] for i in source]
