@@ -277,10 +277,12 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
     # the CPU demo's settings (lr 3e-3, choose mode...) are for its offline tiny model: a named model gets the
     # defaults, the paper's settings, exactly as MileGPO("LLMPolicy", env, policy_kwargs={"model": ...}) does
     preset = args.preset or (None if args.config or model else DEMO_PRESET)
+    config = resolve_config(preset, args.config, overrides)
     if args.verbose and not args.preset:
         if preset == DEMO_PRESET:
-            line = (f"Using the {DEMO_PRESET} preset (MileGPO in choose mode with an offline tiny model); --preset or "
-                    "--config for other settings, --print-config to see them all")
+            line = (f"Using the {DEMO_PRESET} preset (algo.method={config.algo.method}, policy.mode="
+                    f"{config.policy.mode}, an offline tiny model); --preset or --config for other settings, "
+                    "--print-config to see them all")
         elif args.config:
             line = (f"{', '.join(args.config)} on top of the defaults, the paper's GPU settings (generate mode with "
                     f"<think>, lr 1e-6): add --preset {DEMO_PRESET} to start from the CPU demo's instead; "
@@ -290,7 +292,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
                     f"<think>, lr 1e-6, KL 0.01, 16 tasks x 8 rollouts); --preset {DEMO_PRESET} for the CPU demo's "
                     "settings instead, --print-config to see them all")
         print(line, file=sys.stderr if args.print_config else sys.stdout)
-    return resolve_config(preset, args.config, overrides)
+    return config
 
 
 def _named_model(overrides: Sequence[str]) -> str | None:

@@ -52,6 +52,12 @@ def test_a_named_model_gets_the_same_settings_as_in_python(capsys: pytest.Captur
     assert yaml.safe_load(capsys.readouterr().out)["algo"]["learning_rate"] == 3e-3  # asked for: the demo's
 
 
+def test_the_demo_presets_line_says_the_settings_it_trains_with(capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", "policy.mode=generate", "algo.method=grpo", "--print-config"]) == 0
+    assert "Using the cpu-demo preset (algo.method=grpo, policy.mode=generate, an offline tiny model)" in \
+        capsys.readouterr().err
+
+
 def test_the_hubs_page_gem_command_reaches_the_model_load(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("gem")
     run = tmp_path / "run"
