@@ -1,5 +1,5 @@
 """Evaluation's per-step work, kept or vectorised, against what it replaced: prompts kept per what they show,
-House's texts kept per state."""
+House's texts kept per state, a vec step's infos."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from milegpo.envs import house
-from milegpo.envs.house import HouseEnv, Layout, State, admissible, describe, transition
+from milegpo.envs import house, make_vec_env
+from milegpo.envs.house import HouseEnv, Layout, State, admissible, describe, generate_layout, transition
 from milegpo.policies import PromptBuilder, tiny_model
 from milegpo.policies.prompt_tokens import KeptPromptBuilder
 from milegpo.policies.prompts import INSTRUCTIONS
@@ -103,3 +103,31 @@ def test_house_texts_kept_per_state_equal_fresh_ones_at_every_state(split, monke
 
     monkeypatch.setattr(house, "admissible", counted)
     assert walk(HouseEnv(split=split)) == first and calls == []  # the same states: all kept from the first walk
+
+
+def test_a_vec_step_copies_only_the_finished_envs_last_infos():
+    """Each step's infos are the stepped envs' new infos and, for the envs already finished, a copy of their last
+    info marked inactive (what copying every env's last info and overwriting the stepped ones gave)."""
+    env = make_vec_env("milegpo/House-v0", n_tasks=3, group_size=2, env_kwargs={"max_episode_steps": 30})
+    rng = np.random.default_rng(0)
+    env.reset_groups([0, 1, 2])
+    infos = [dict(info) for info in env.reset_infos]
+    plans = {0: house.solve(generate_layout("train", 0)), 3: house.solve(generate_layout("train", 1))}
+    finished_seen, step = False, 0
+    while env.active.any():
+        was_active, last = env.active.copy(), [dict(info) for info in env._last_infos]
+        actions = np.full(env.num_envs, "", dtype=object)
+        for i in np.flatnonzero(was_active):  # envs 0 and 3 win on their plans, the others walk until the horizon
+            plan = plans.get(int(i))
+            actions[i] = plan[step] if plan else str(rng.choice(infos[i]["admissible_commands"]))
+        _, _, dones, new_infos = env.step(actions)
+        for i in range(env.num_envs):
+            if was_active[i]:
+                assert "inactive" not in new_infos[i] and new_infos[i] is env._last_infos[i]
+            else:
+                finished_seen = True
+                assert new_infos[i] == {**last[i], "inactive": True} and new_infos[i] is not env._last_infos[i]
+                assert dones[i]
+        infos, step = new_infos, step + 1
+    env.close()
+    assert finished_seen

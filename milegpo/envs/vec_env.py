@@ -300,8 +300,10 @@ class GroupedTextVecEnv(VecEnv):
             items.setdefault(w, []).append((j, action if isinstance(action, str) else str(action)))
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         dones = ~self._active
-        infos = [dict(info, inactive=True) for info in self._last_infos]
-        self._apply_step(self._dispatch("step", items), rewards, dones, infos)
+        results = self._dispatch("step", items)
+        # an env that stepped gets its new info; only the others (finished) are given a copy of their last one
+        infos = [info if i in results else dict(info, inactive=True) for i, info in enumerate(self._last_infos)]
+        self._apply_step(results, rewards, dones, infos)
         return self._obs.copy(), rewards, dones, infos
 
     def _apply_step(self, results: Mapping[int, Result], rewards: np.ndarray, dones: np.ndarray,
