@@ -6,7 +6,7 @@ live until the process ends. Every full collection walks all of them: about 0.25
 CPU demo's machine. Python starts one whenever the objects that survived the younger collections since
 the last one reach a quarter of the objects that survived it, and the rollouts and evaluations keep
 many objects alive for a while (each step's sample, history turn, info and prompt ids, kept scores):
-the demo ran five of them during its evaluations alone, 1.2-1.3 s of their 7-8 s of CPU.
+the demo ran five of them during its evaluations alone, 1.2-1.3 s of their 8 s of CPU.
 
 :func:`frozen_heap` moves the objects alive when it is entered into the collector's permanent
 generation (``gc.freeze``) and moves them back when it is left (``gc.unfreeze``). Nothing about
