@@ -334,6 +334,7 @@ def test_milegpo_keys_reach_the_credit_config() -> None:
     (trainer_config("milegpo", {"success_reward": "ten"}), "algorithm.milegpo.success_reward must be a number"),
     (trainer_config("milegpo.gigpo", gamma="high"), "algorithm.gamma must be a number, got 'high'"),
     (trainer_config("milegpo.gigpo", gigpo={"step_advantage_w": "x"}), "algorithm.gigpo.step_advantage_w must be"),
+    (trainer_config("milegpo", {"memory_half_life": 2.0}), "algorithm.milegpo.memory_half_life=2.0 .*not available"),
 ])
 def test_keys_that_cannot_be_honoured_are_refused(config, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -252,3 +252,193 @@ def test_two_gloo_ranks_hold_the_memory_one_process_holds(tmp_path: Path) -> Non
     one = json.loads((tmp_path / "one.json").read_text())
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert ranks[0] == one and ranks[1] == {"memory": one["memory"], "logged": None}
+
+
+# --- review fixes: the task a group played, settings the memory was built under, shared guards, the
+# forgetting boundary, plots and settings of a run with the memory
+
+
+def house(n_tasks: int = 2, num_tasks: int = 2):
+    from milegpo.envs.house import HouseEnv
+    from milegpo.envs.vec_env import make_vec_env
+
+    return make_vec_env(HouseEnv, n_tasks=n_tasks, group_size=3, seed=0,
+                        env_kwargs={"num_tasks": num_tasks, "max_episode_steps": 6})
+
+
+def trainer(model_path: str, env, **credit):
+    from milegpo.algos import MileGPO
+
+    return MileGPO("LLMPolicy", env, learning_rate=1e-2, seed=0, credit_kwargs=credit,
+                   policy_kwargs={"model": model_path, "mode": "choose", "history_length": 0,
+                                  "prompt_template": "{observation}", "temperature": 5.0})
+
+
+def test_a_draw_larger_than_the_split_keys_the_memory_on_the_task_played(model_path: str) -> None:
+    """Three groups over House's two tasks: the vec env draws any seeds (the draw does not fit the split)
+    and seed s plays task s % 2; the memory keys on that task, so it holds 2 tasks and both recur."""
+    model = trainer(model_path, house(n_tasks=3, num_tasks=2), memory_half_life=float("inf"))
+    model.learn(total_timesteps=1)
+    assert max(model.env.task_seeds) >= 2  # seeds beyond the split: the key is not the seed
+    model.learn(total_timesteps=1, reset_num_timesteps=False)
+    assert sorted(model.rollout_state.credit_memory.tasks) == [0, 1]
+    assert model.last_rollout_log["credit/memory_recurring_frac"] == 1.0
+    assert model.last_rollout_log["credit/memory_evidence_share"] > 0
+
+
+@pytest.fixture
+def saved_memory_run(model_path: str, tmp_path: Path) -> Path:
+    """A checkpoint of two iterations with the memory at h = 2 on House's two tasks."""
+    model = trainer(model_path, house(), memory_half_life=2.0)
+    model.learn(total_timesteps=1)
+    model.learn(total_timesteps=1, reset_num_timesteps=False)
+    assert model.rollout_state.credit_memory.scope["memory_half_life"] == 2.0
+    assert model.rollout_state.credit_memory.scope["env.num_tasks"] == 2
+    model.save(tmp_path / "ckpt")
+    return tmp_path / "ckpt"
+
+
+def memory_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "milestone memory" in r.getMessage()]
+
+
+def test_a_run_resumed_with_the_memory_off_drops_it_in_one_line(saved_memory_run: Path, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    from milegpo.algos import MileGPO
+
+    off = MileGPO.load(saved_memory_run, env=house(), credit_kwargs={"memory_half_life": 0.0})
+    with caplog.at_level("WARNING"):
+        off.learn(total_timesteps=1, reset_num_timesteps=False)
+        off.learn(total_timesteps=1, reset_num_timesteps=False)
+    assert memory_warnings(caplog) == ["the milestone memory of 2 task(s) is dropped: the credit no longer uses it "
+                                       "(memory_half_life is 0); turning it on again starts a fresh one"]
+    assert off.rollout_state.credit_memory is None
+    off.save(tmp_path / "off")
+    assert json.loads((tmp_path / "off" / "config.json").read_text())["credit_memory"] is None
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"credit_kwargs": {"memory_half_life": 4.0}}, "memory_half_life 2.0 -> 4.0"),
+    ({"credit_kwargs": {"memory_half_life": 2.0, "memory_max_states": 8}}, "memory_max_states 1024 -> 8"),
+    ({"env": "three tasks"}, "env.num_tasks 2 -> 3"),
+])
+def test_a_memory_built_under_other_settings_is_not_read(saved_memory_run: Path, change: dict, named: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A resume with another half-life or cap, or on another env (set_env), starts a fresh memory and
+    says so in one line naming what differs; the same settings read the saved one."""
+    from milegpo.algos import MileGPO
+
+    same = MileGPO.load(saved_memory_run, env=house())
+    with caplog.at_level("WARNING"):
+        same.learn(total_timesteps=1, reset_num_timesteps=False)
+    assert memory_warnings(caplog) == [] and same.rollout_state.credit_memory.iteration == 3
+    caplog.clear()
+    credit = change.get("credit_kwargs")
+    model = MileGPO.load(saved_memory_run, env=house(), **({"credit_kwargs": credit} if credit else {}))
+    if "env" in change:
+        model.set_env(house(num_tasks=3))
+    with caplog.at_level("WARNING"):
+        model.learn(total_timesteps=1, reset_num_timesteps=False)
+    [warning] = memory_warnings(caplog)
+    assert warning.startswith("starting a fresh milestone memory: the saved one (2 task(s)) was built under other "
+                              "settings (") and named in warning
+    assert model.rollout_state.credit_memory.iteration == 1  # fresh: this iteration's counts only
+    assert model.last_rollout_log["credit/memory_evidence_share"] == 0.0
+
+
+def test_a_memory_saved_without_its_settings_reads_back_with_none() -> None:
+    saved = MilestoneMemory(2).to_dict()
+    del saved["scope"]
+    assert MilestoneMemory.from_dict(saved).scope == {}
+
+
+def equal_outcomes() -> StepBatch:
+    return group([["s0", "a", "b"], ["s0", "a", "c"], ["s0", "a", "b"]], [True, True, True], task=0)
+
+
+def nan_reward() -> StepBatch:
+    batch = group([["s0", "a", "b"], ["s0", "a", "c"]], [True, False], task=0)
+    return dataclasses.replace(batch, rewards=np.where(np.arange(batch.num_steps) == 0, np.nan, batch.rewards))
+
+
+@pytest.mark.parametrize(("batch", "settings"), [(equal_outcomes, {"epsilon": 0.0}), (nan_reward, {})])
+def test_remembered_credit_refuses_what_compute_credit_refuses(batch, settings: dict) -> None:
+    with np.errstate(invalid="ignore", divide="ignore"), pytest.raises(ValueError) as refused:
+        compute_credit("milegpo", batch(), MileGPOConfig(**settings))
+    with np.errstate(invalid="ignore", divide="ignore"), pytest.raises(ValueError) as remembered:
+        remembered_credit(batch(), MileGPOConfig(memory_half_life=2.0, **settings), MilestoneMemory())
+    assert str(remembered.value).split(" under ")[0] == str(refused.value).split(" under ")[0]
+
+
+@pytest.mark.parametrize("half_life", [2.0, 5.0, 10.0])
+def test_a_sighting_lasts_one_half_life_whether_or_not_the_task_came_back(half_life: float) -> None:
+    """A's success through x, h iterations old: weight exactly 1/2 in one step; decayed in two steps (the
+    task seen again in between without x) the product can round a hair below 1/2 (2^-0.2 * 2^-0.8 at
+    h = 5 is 0.5 - 5.6e-17). Either way x is a milestone of B, not a trap."""
+    config = milegpo_config(memory_half_life=half_life, diagnostics_top_k=10)
+    again = ([["s0", "y", "end"], ["s0", "q", "q"]], [True, False])  # the task again, x not visited
+    for seen_again in (False, True):
+        _, memory = milegpo_with_memory(group(*GROUP_A, task=7), config, MilestoneMemory())
+        between = group(*again, task=7) if seen_again else group(*GROUP_A, task=8)
+        _, memory = milegpo_with_memory(between, config, memory)
+        for _ in range(int(half_life) - 2):
+            _, memory = milegpo_with_memory(group(*GROUP_A, task=9), config, memory)
+        result, _ = milegpo_with_memory(group(*GROUP_B), config, memory)  # x's sighting is h iterations old
+        assert listed(result, "milestones")["x"]["n_success"] == pytest.approx(0.5), seen_again
+        assert "x" not in listed(result, "traps")
+
+
+def strict_json(text: str) -> dict:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_memory_settings_take_inf_as_text_refuse_nan_and_fractional_caps_and_stay_strict_json() -> None:
+    from milegpo.config import AlgoConfig
+    from milegpo.config.fields import from_dict, to_dict
+
+    assert MileGPOConfig(memory_half_life="inf").memory_half_life == float("inf")  # a command line's inf
+    assert MileGPOConfig(memory_half_life=3).memory_half_life == 3.0
+    for bad in (float("nan"), ".nan", "abc", True):
+        with pytest.raises(ValueError, match=r"^memory_half_life must be a number of iterations >= 0 \(0: off"):
+            MileGPOConfig(memory_half_life=bad)
+    for name in ("memory_max_states", "memory_max_tasks"):
+        for bad in (2.5, True, 0, "8"):
+            with pytest.raises(ValueError, match=rf"^{name} must be an integer >= 1, got {bad!r}$"):
+                MileGPOConfig(**{name: bad})
+    algo = AlgoConfig(method="milegpo", credit_kwargs={"memory_half_life": float("inf")})
+    written = json.dumps(to_dict(algo))
+    assert strict_json(written)["credit_kwargs"] == {"memory_half_life": "inf"}
+    assert from_dict(AlgoConfig, json.loads(written)).credit_config().memory_half_life == float("inf")
+
+
+def test_milegpo_train_with_the_memory_set_on_the_command_line(tmp_path: Path) -> None:
+    """The docs' ``memory_half_life=inf`` on the command line: the run trains, writes strict JSON, and its
+    trajectory_credit.png (recomputed from last_batch.npz, which lacks the memory) is skipped in one true
+    line, not a failed-plot warning; a resume of the finished run has no plot to write."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "run": {"total_timesteps": 48, "checkpoint_freq": 2},
+        "env": {"n_tasks": 2, "group_size": 2, "kwargs": {"max_episode_steps": 6, "num_tasks": 2}},
+        "eval": {"freq": 100, "n_tasks": 1, "copies": 1}}))
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "milegpo", "train", "--preset", "cpu-demo", "--config",
+               str(tmp_path / "config.json"), "--run-dir", str(run), "algo.credit_kwargs.memory_half_life=inf",
+               "--no-progress-bar"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "plotting" not in result.stderr
+    notes = [line for line in result.stderr.splitlines() if "trajectory_credit.png" in line]
+    assert notes == [f"note: {run / 'trajectory_credit.png'} is not drawn: the run's MileGPO credit reads the "
+                     "milestone memory of earlier iterations, which last_batch.npz does not keep "
+                     "(credit_diagnostics.jsonl has the credit each iteration logged)"]
+    assert (run / "learning_curve.png").exists() and not (run / "trajectory_credit.png").exists()
+    assert strict_json((run / "config.json").read_text())["algo"]["credit_kwargs"] == {"memory_half_life": "inf"}
+    saved = strict_json((run / "final" / "config.json").read_text())
+    assert saved["credit_memory"]["scope"]["memory_half_life"] == "inf"
+    resumed = subprocess.run([sys.executable, "-m", "milegpo", "train", "--resume", str(run), "--no-progress-bar"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0 and "is finished" in resumed.stdout
+    assert "Wrote the missing plot" not in resumed.stdout and "plotting" not in resumed.stderr

@@ -9,7 +9,8 @@
   and rollout statistics of all ranks, the check that the env could be played, the credit of
   the merged batch, the credit outputs (``credit_diagnostics.jsonl``, ``last_batch.npz``) and
   the iteration's rollout log values; with MileGPO's milestone memory (``memory_half_life > 0``),
-  the credit reads :attr:`RolloutState.credit_memory` and the memory is advanced by every rank's
+  the credit reads :attr:`RolloutState.credit_memory` (:func:`memory_to_read`: a fresh one where
+  the saved one was built under other settings) and the memory is advanced by every rank's
   groups (:func:`remembered_global_credit`).
 
 The update (``train``) is the third seam, in :mod:`milegpo.algos.base`.
@@ -37,7 +38,14 @@ from milegpo.algos.rollout import RolloutMeter, RolloutStep, play_episodes, play
 from milegpo.algos.run_outputs import write_credit_outputs
 from milegpo.contracts import ActingPolicy
 from milegpo.credit import CreditConfig, CreditResult, MileGPOConfig, StepBatch
-from milegpo.credit.memory import MilestoneMemory, TaskCounts, remembered_credit
+from milegpo.credit.memory import (
+    MilestoneMemory,
+    TaskCounts,
+    memory_scope,
+    remembered_credit,
+    scope_differences,
+    uses_memory,
+)
 from milegpo.envs.vec_env import GroupedTextVecEnv
 
 logger = logging.getLogger(__name__)
@@ -199,14 +207,13 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
     """
     started = time.perf_counter()
     credit = None
-    remembering = uses_memory(plan.credit_config)
-    memory = (state.credit_memory or MilestoneMemory()) if remembering else None
+    memory = state.credit_memory = memory_to_read(state.credit_memory, plan.credit_config, env)
+    task_keys = group_task_keys(buffer, env_task_count(env)) if memory is not None else {}
     observed: list[tuple[int, TaskCounts]] = []
     if buffer.num_steps:  # none: every env failed at reset (stopped below, once all ranks know)
         if memory is not None:
             assert isinstance(plan.credit_config, MileGPOConfig)
-            credit, observed = remembered_credit(buffer.step_batch(), plan.credit_config, memory,
-                                                 group_task_keys(buffer))
+            credit, observed = remembered_credit(buffer.step_batch(), plan.credit_config, memory, task_keys)
             buffer.credit, buffer.advantages = credit, np.asarray(credit.advantages, dtype=np.float64)
         else:
             credit = buffer.compute_credit(plan.credit_method, plan.credit_config)
@@ -216,8 +223,8 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
     stats = distributed.reduce_rollout_stats(buffer.stats(), plan.world)
     check_rollout_lost(state, stats, buffer, env)
     if memory is not None:
-        batch, credit = remembered_global_credit(plan, buffer.batch, group_task_keys(buffer), credit, observed,
-                                                 memory, state, env.n_tasks)
+        batch, credit = remembered_global_credit(plan, buffer.batch, task_keys, credit, observed, memory, state,
+                                                 env.n_tasks)
     else:
         batch, credit = distributed.global_credit(plan.credit_method, plan.credit_config, buffer.batch, credit,
                                                   env.n_tasks, plan.world)
@@ -232,15 +239,61 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
     return steps
 
 
-def uses_memory(config: CreditConfig) -> bool:
-    """Whether the credit is MileGPO's with the milestone memory (``memory_half_life > 0``)."""
-    return isinstance(config, MileGPOConfig) and config.memory_half_life > 0
+def group_task_keys(buffer: TextRolloutBuffer, num_tasks: int | None) -> dict[int, int]:
+    """The memory's key of each of the buffer's groups (its batch's task ids): the task the group played,
+    which is the same in every iteration (the group index is not).
+
+    :param num_tasks: the env's task count (:func:`env_task_count`): seed ``s`` plays task
+        ``s % num_tasks``, and a draw of more groups than that draws any seeds
+        (:meth:`~milegpo.envs.vec_env.GroupedTextVecEnv.draw_task_seeds`), so the key is the seed modulo
+        it; None (no finite task list): the seed, which then names its task."""
+    return {traj.group: traj.task_seed % num_tasks if num_tasks else traj.task_seed for traj in buffer.trajectories}
 
 
-def group_task_keys(buffer: TextRolloutBuffer) -> dict[int, int]:
-    """The memory's key of each of the buffer's groups (its batch's task ids): the group's task seed,
-    which names the same task in every iteration (the group index does not)."""
-    return {traj.group: traj.task_seed for traj in buffer.trajectories}
+def env_task_count(env: GroupedTextVecEnv) -> int | None:
+    """The env's ``num_tasks`` (its finite task list), None when it has none."""
+    value = _env_attribute(env, "num_tasks")
+    return None if value is None else int(value)
+
+
+def _env_attribute(env: GroupedTextVecEnv, name: str) -> Any:
+    """Attribute ``name`` of the vec env's first env, None when it has none."""
+    try:
+        return env.get_attr(name, indices=[0])[0]
+    except (AttributeError, TypeError):
+        return None
+
+
+def env_scope(env: GroupedTextVecEnv) -> dict[str, Any]:
+    """The env as the milestone memory records it (:func:`milegpo.credit.memory.memory_scope`): its name,
+    split and task count (None where it has none)."""
+    split = _env_attribute(env, "split")
+    return {"name": env.env_name, "split": None if split is None else str(split), "num_tasks": env_task_count(env)}
+
+
+def memory_to_read(memory: MilestoneMemory | None, config: CreditConfig,
+                   env: GroupedTextVecEnv) -> MilestoneMemory | None:
+    """The milestone memory this iteration's credit reads: ``memory`` when it was built under the run's
+    settings (:func:`milegpo.credit.memory.memory_scope`); a fresh one when there is none, or, said in one
+    warning line, when the saved one was built under another half-life, other caps or another env (its
+    counts would be read as evidence of other ages or other tasks); None when the credit does not use it,
+    a memory still held (a run resumed with the memory off) dropped with one warning line."""
+    if not uses_memory(config):
+        if memory is not None:
+            logger.warning("the milestone memory of %d task(s) is dropped: the credit no longer uses it "
+                           "(memory_half_life is 0); turning it on again starts a fresh one", len(memory.tasks))
+        return None
+    assert isinstance(config, MileGPOConfig)
+    scope = memory_scope(config, env_scope(env))
+    if memory is None:
+        return MilestoneMemory(scope=scope)
+    differences = scope_differences(memory.scope, scope)
+    if differences:
+        logger.warning("starting a fresh milestone memory: the saved one (%d task(s)) was built under other "
+                       "settings (%s), and its counts would be read as evidence of other ages or tasks",
+                       len(memory.tasks), "; ".join(differences))
+        return MilestoneMemory(scope=scope)
+    return memory
 
 
 def remembered_global_credit(plan: RolloutPlan, batch: StepBatch | None, task_keys: dict[int, int],

@@ -105,5 +105,19 @@ def field_names(cls: type) -> set[str]:
 
 
 def to_dict(config: object) -> dict[str, Any]:
-    """A settings dataclass as plain nested values (JSON- and YAML-ready)."""
-    return dataclasses.asdict(config)  # type: ignore[call-overload]
+    """A settings dataclass as plain nested values (JSON- and YAML-ready).
+
+    A non-finite float (only a credit setting may be one: ``memory_half_life: inf``) is written as its
+    text (``"inf"``): strict JSON has no infinity, and the credit config reads the text back."""
+    return _finite_or_text(dataclasses.asdict(config))  # type: ignore[call-overload]
+
+
+def _finite_or_text(value: Any) -> Any:
+    """``value`` with every non-finite float inside replaced by its text (``"inf"``, ``"-inf"``, ``"nan"``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite_or_text(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_finite_or_text(item) for item in value)
+    return value

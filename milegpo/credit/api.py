@@ -70,10 +70,26 @@ def compute_credit(method: str, batch: StepBatch,
     elif not isinstance(config, config_cls):
         raise TypeError(f"credit method {method!r} takes a {config_cls.__name__}, got {type(config).__name__}")
     if batch.num_steps == 0:
-        return CreditResult(advantages=np.zeros(0), diagnostics={"method": method, "num_steps": 0})
+        return empty_credit(method)
+    check_finite_batch(batch)
+    return checked_advantages(method, config, fn(batch, config))
+
+
+def empty_credit(method: str) -> CreditResult:
+    """The credit of a batch without steps (every credit path returns it)."""
+    return CreditResult(advantages=np.zeros(0), diagnostics={"method": method, "num_steps": 0})
+
+
+def check_finite_batch(batch: StepBatch) -> None:
+    """Refuse a batch with a non-finite reward or outcome: every credit path checks it before crediting
+    (:func:`compute_credit`, the milestone memory's :func:`milegpo.credit.memory.remembered_credit`)."""
     if not (np.all(np.isfinite(batch.rewards)) and np.all(np.isfinite(batch.outcomes))):
         raise ValueError("the StepBatch holds a non-finite reward or outcome: credit would be NaN")
-    result = fn(batch, config)
+
+
+def checked_advantages(method: str, config: CreditConfig, result: CreditResult) -> CreditResult:
+    """``result``, once its advantages are all finite; ``ValueError`` naming the likely cause otherwise (every
+    credit path checks it, so a NaN never reaches the update as a generic non-finite loss)."""
     if not np.all(np.isfinite(result.advantages)):
         raise ValueError(f"{method} credit gave non-finite advantages under {config}: a normalisation divided by "
                          "zero (epsilon=0 with a group whose values are all equal?)")

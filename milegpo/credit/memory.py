@@ -7,7 +7,9 @@ successes of earlier groups passed through it. With a finite training split the 
 back; its earlier groups have already shown which states successes pass and which only failures
 visit. The memory keeps those counts.
 
-**What it keys on.** A task's stable identity (the trainer passes each group's *task seed*: the
+**What it keys on.** A task's stable identity (the trainer passes the task each group played: its
+task seed modulo the env's ``num_tasks`` where the env has a finite task list, since seed ``s``
+plays task ``s % num_tasks`` and a draw larger than the list draws any seeds; else the seed; the
 batch's task ids are group indices, renumbered every iteration) and, within the task, the state
 key the graph's nodes are built from; an edge by the pair (state key, next state key, or the
 goal).
@@ -28,10 +30,18 @@ this group's graph: nothing steps to it, its evidence waits in the memory.
 decayed count below :data:`FORGET_BELOW` is forgotten: candidacy needs a count above zero, so
 without it a success seen long ago with weight :math:`10^{-9}` would still make its state a
 milestone. One sighting thus lasts one half-life, :math:`k` sightings about
-:math:`\log_2 2k`.
+:math:`h \log_2 2k` iterations. A task seen again is decayed in steps (to each sighting, then on),
+whose product can round a hair below the one-step value (:math:`2^{-3/5} 2^{-2/5}` is
+:math:`0.5 - 5.6 \cdot 10^{-17}`): counts within :data:`FORGET_TOLERANCE` of the boundary count as
+on it, so a sighting lasts one half-life whether or not the task came back in between.
 
 **Bounds.** ``memory_max_states`` states and as many edges per task (the most visited kept);
-``memory_max_tasks`` tasks (the least recently seen dropped, ties by the smaller key).
+``memory_max_tasks`` tasks (the least recently seen dropped; among tasks last seen in the same
+iteration, the smaller keys are kept).
+
+**What it was built under.** The memory records its half-life, caps and the env it was filled on
+(:attr:`MilestoneMemory.scope`); the trainer starts a fresh memory, saying so in one line, when a
+resumed or re-targeted run differs in any of them, and drops it when the memory is turned off.
 
 **Limits.** :math:`h \to 0`: nothing is remembered and the credit is MileGPO's exactly; so is
 the first iteration (empty memory). Where tasks never recur (an env of unbounded seeds) the
@@ -55,6 +65,8 @@ from typing import Any
 
 import numpy as np
 
+from milegpo.credit.api import check_finite_batch, checked_advantages, empty_credit
+from milegpo.credit.base import CreditConfig
 from milegpo.credit.batch import CreditResult, StepBatch
 from milegpo.credit.graph import TaskGraph, build_task_graph
 from milegpo.credit.milegpo import MileGPOConfig, milegpo
@@ -62,8 +74,16 @@ from milegpo.credit.milegpo import MileGPOConfig, milegpo
 FORGET_BELOW = 0.5
 """A decayed count below this (half a trajectory) is forgotten."""
 
+FORGET_TOLERANCE = 1e-9
+"""A count this close below :data:`FORGET_BELOW` is on the boundary, not below it (stepwise decay rounds)."""
+
 EdgeKey = tuple[str, str | None]
 """An edge of the memory: (state key, next state key), ``None`` for the goal."""
+
+
+def forgotten(values: np.ndarray | float) -> np.ndarray:
+    """Which decayed counts are forgotten: below :data:`FORGET_BELOW` by more than :data:`FORGET_TOLERANCE`."""
+    return np.asarray(values) < FORGET_BELOW - FORGET_TOLERANCE
 
 
 def decay_factor(age: int, half_life: float) -> float:
@@ -98,7 +118,7 @@ class TaskCounts:
 
         def scaled(values: np.ndarray) -> np.ndarray:
             out = values * factor
-            out[out < FORGET_BELOW] = 0.0
+            out[forgotten(out)] = 0.0
             return out
 
         nodes, edges = scaled(self.node_counts), scaled(self.edge_counts)
@@ -178,12 +198,16 @@ class MilestoneMemory:
     :param tasks_observed: tasks observed over the run (one per task key and iteration).
     :param tasks_recurred: of those, the ones the memory still remembered (counts not all forgotten)
         when they came.
+    :param scope: what the memory was built under (:func:`memory_scope`: half-life, caps, the env as
+        the trainer knows it), plain JSON values; a memory is read only under the same scope (empty: not
+        recorded, e.g. a memory filled by hand).
     """
 
     iteration: int = 0
     tasks: Mapping[int, RememberedTask] = field(default_factory=dict)
     tasks_observed: int = 0
     tasks_recurred: int = 0
+    scope: Mapping[str, Any] = field(default_factory=dict)
 
     def remembered(self, key: int, half_life: float) -> TaskCounts | None:
         """Task ``key``'s counts decayed to this iteration; None when not held or all forgotten."""
@@ -222,31 +246,56 @@ class MilestoneMemory:
             tasks[key] = RememberedTask(self.iteration, merged.capped(config.memory_max_states))
         # a task whose trajectories have all decayed below FORGET_BELOW by the next iteration is forgotten
         tasks = {k: entry for k, entry in tasks.items()
-                 if entry.counts.n_traj * decay_factor(self.iteration + 1 - entry.seen, config.memory_half_life)
-                 >= FORGET_BELOW}
+                 if not forgotten(entry.counts.n_traj
+                                  * decay_factor(self.iteration + 1 - entry.seen, config.memory_half_life))}
         if len(tasks) > config.memory_max_tasks:
             kept = sorted(tasks, key=lambda k: (-tasks[k].seen, k))[:config.memory_max_tasks]
             tasks = {k: tasks[k] for k in sorted(kept)}
         recurred = sum(self.remembered(key, config.memory_half_life) is not None for key in by_key)
         return MilestoneMemory(self.iteration + 1, tasks, self.tasks_observed + len(by_key),
-                               self.tasks_recurred + recurred)
+                               self.tasks_recurred + recurred, self.scope)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (what a checkpoint keeps); :meth:`from_dict` reads them back exactly."""
         return {"iteration": self.iteration, "tasks_observed": self.tasks_observed,
-                "tasks_recurred": self.tasks_recurred,
+                "tasks_recurred": self.tasks_recurred, "scope": dict(self.scope),
                 "tasks": [{"task": key, "seen": entry.seen, **entry.counts.to_dict()}
                           for key, entry in self.tasks.items()]}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> MilestoneMemory:
-        """What :meth:`to_dict` wrote; ``ValueError`` naming the fault when it is not that."""
+        """What :meth:`to_dict` wrote; ``ValueError`` naming the fault when it is not that. A memory saved
+        before the scope was recorded reads with an empty scope (which no run's scope equals)."""
         try:
             tasks = {int(t["task"]): RememberedTask(int(t["seen"]), TaskCounts.from_dict(t)) for t in values["tasks"]}
-            return cls(int(values["iteration"]), tasks, int(values["tasks_observed"]), int(values["tasks_recurred"]))
+            return cls(int(values["iteration"]), tasks, int(values["tasks_observed"]), int(values["tasks_recurred"]),
+                       dict(values.get("scope") or {}))
         except (KeyError, TypeError, ValueError, IndexError) as error:
             raise ValueError(f"the saved milestone memory is not readable ({type(error).__name__}: {error}); "
                              "the checkpoint is damaged") from None
+
+
+def uses_memory(config: CreditConfig) -> bool:
+    """Whether the credit is MileGPO's with the milestone memory (``memory_half_life > 0``)."""
+    return isinstance(config, MileGPOConfig) and config.memory_half_life > 0
+
+
+def memory_scope(config: MileGPOConfig, env: Mapping[str, Any]) -> dict[str, Any]:
+    """What a memory is built under, as plain JSON values: the half-life (``"inf"`` for never: strict JSON
+    has no infinity), the caps, and ``env`` (the trainer: the env's name, split and task count)."""
+    half_life = config.memory_half_life
+    return {"memory_half_life": "inf" if math.isinf(half_life) else half_life,
+            "memory_max_states": config.memory_max_states, "memory_max_tasks": config.memory_max_tasks,
+            **{f"env.{name}": value for name, value in env.items()}}
+
+
+def scope_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """The settings in which a memory's ``saved`` scope differs from ``current``, as ``name saved -> current``
+    (``not recorded`` where the saved memory has none)."""
+    if not saved:
+        return ["the memory's settings were not recorded"]
+    return [f"{name} {saved.get(name, 'not recorded')} -> {value}" for name, value in current.items()
+            if saved.get(name) != value]
 
 
 def group_counts(graph: TaskGraph) -> list[tuple[TaskCounts, np.ndarray, np.ndarray]]:
@@ -307,7 +356,13 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
     that came from memory), ``memory_recurring_frac`` (of the batch's tasks, the share the memory
     remembered), ``memory_recurrence_rate`` (the same over the run, this iteration included),
     ``memory_tasks`` and ``memory_bytes`` (the memory read).
+
+    Refuses what :func:`~milegpo.credit.compute_credit` refuses (the same checks): a non-finite reward
+    or outcome, and advantages that come out non-finite.
     """
+    if batch.num_steps == 0:
+        return empty_credit("milegpo"), []
+    check_finite_batch(batch)
     graph = build_task_graph(batch, batch.success_mask(config.success_threshold))
     if task_keys is None:
         keys = [int(v) for v in graph.task_values.tolist()]
@@ -346,7 +401,7 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
         "memory_tasks": len(memory.tasks),
         "memory_bytes": memory.nbytes,
     })
-    return result, [(key, counts) for key, (counts, _, _) in zip(keys, own)]
+    return checked_advantages("milegpo", config, result), [(key, counts) for key, (counts, _, _) in zip(keys, own)]
 
 
 def milegpo_with_memory(batch: StepBatch, config: MileGPOConfig, memory: MilestoneMemory,

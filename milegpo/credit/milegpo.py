@@ -194,13 +194,16 @@ class MileGPOConfig(GraphGPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # frozen: the half-life is stored as the float it names (a setting's "inf" is text)
+        object.__setattr__(self, "memory_half_life", _half_life(self.memory_half_life))
         check_unit(self, ("omega",))
         check_nonnegative(self, ("gamma_phi", "lam", "w_plus", "w_minus", "w_s", "w_m", "w_c", "w_f", "w_l",
                                  "alpha_d", "alpha_s", "alpha_f", "w_bc", "w_pg", "w_pcc", "theta_m", "rho",
                                  "eta", "kappa_bc", "diagnostics_top_k", "memory_half_life"))
         for name in ("memory_max_states", "memory_max_tasks"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
     @classmethod
     def preset(cls, env: str, **overrides: Any) -> MileGPOConfig:
@@ -212,6 +215,22 @@ class MileGPOConfig(GraphGPOConfig):
     def with_ablation(self, **flags: Any) -> MileGPOConfig:
         """A copy with some fields changed, e.g. ``cfg.with_ablation(traps=False)``."""
         return dataclasses.replace(self, **flags)
+
+
+def _half_life(value: Any) -> float:
+    """``memory_half_life`` as a float: a number, or text naming one (``"inf"`` from a command line or a
+    checkpoint's strict JSON); ``ValueError`` in one line for NaN and anything else."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        half_life = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"memory_half_life must be a number of iterations >= 0 (0: off, inf: never forget), got "
+                         f"{value!r}") from None
+    if math.isnan(half_life):
+        raise ValueError("memory_half_life must be a number of iterations >= 0 (0: off, inf: never forget), got "
+                         "nan")
+    return half_life
 
 
 @dataclass

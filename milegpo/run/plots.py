@@ -22,8 +22,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory  # noqa: E402
+from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory, make_credit_config  # noqa: E402
 from milegpo.credit.batch import load_step_batch  # noqa: E402
+from milegpo.credit.memory import uses_memory  # noqa: E402
 from milegpo.run_folder import (  # noqa: E402
     CREDIT_DIAGNOSTICS_PNG,
     EVAL_CURVE_FILE,
@@ -179,7 +180,8 @@ def plot_trajectory_credit(batch: StepBatch, traj_id: int | None, out_png: str |
 
 
 def plot_run_trajectory_credit(run_dir: str | Path, traj_id: int | None = None) -> Path | None:
-    """``trajectory_credit.png`` of a run folder from its ``last_batch.npz`` (None if it has none).
+    """``trajectory_credit.png`` of a run folder from its ``last_batch.npz`` (None if it has none, or if
+    :func:`trajectory_credit_unplottable` says why not: then one line on stderr says so).
 
     The trained method gets the run's credit preset and ``credit_kwargs`` (from
     ``config.json``); MileGPO gets the run's preset in any case.
@@ -187,6 +189,29 @@ def plot_run_trajectory_credit(run_dir: str | Path, traj_id: int | None = None) 
     run_dir = Path(run_dir)
     if not (run_dir / LAST_BATCH_FILE).exists():
         return None
+    why_not = trajectory_credit_unplottable(run_dir)
+    if why_not is not None:
+        print(f"note: {run_dir / TRAJECTORY_CREDIT_PNG} is not drawn: {why_not}", file=sys.stderr)
+        return None
+    batch, meta = load_step_batch(run_dir / LAST_BATCH_FILE)
+    title = f"{run_dir.name}, iteration {meta['iteration']}" if "iteration" in meta else run_dir.name
+    return plot_trajectory_credit(batch, traj_id, run_dir / TRAJECTORY_CREDIT_PNG, configs=_run_credit_configs(run_dir),
+                                  title=title)
+
+
+def trajectory_credit_unplottable(run_dir: str | Path) -> str | None:
+    """Why the run folder's ``trajectory_credit.png`` cannot be drawn, None when it can: MileGPO with the
+    milestone memory credits from earlier iterations' counts, which ``last_batch.npz`` does not hold, so
+    its credit cannot be recomputed from the batch."""
+    milegpo_config = _run_credit_configs(Path(run_dir)).get("milegpo")
+    if milegpo_config is None or not uses_memory(make_credit_config("milegpo", **milegpo_config)):
+        return None
+    return ("the run's MileGPO credit reads the milestone memory of earlier iterations, which last_batch.npz does not "
+            "keep (credit_diagnostics.jsonl has the credit each iteration logged)")
+
+
+def _run_credit_configs(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The credit overrides of the run folder's ``config.json`` by method (none without one)."""
     configs: dict[str, dict[str, Any]] = {}
     if (run_dir / "config.json").exists():
         algo = json.loads((run_dir / "config.json").read_text()).get("algo", {})
@@ -195,9 +220,7 @@ def plot_run_trajectory_credit(run_dir: str | Path, traj_id: int | None = None) 
         method = algo.get("method")
         if method in CREDIT_METHODS:
             configs[method] = {**configs.get(method, {}), **(algo.get("credit_kwargs") or {})}
-    batch, meta = load_step_batch(run_dir / LAST_BATCH_FILE)
-    title = f"{run_dir.name}, iteration {meta['iteration']}" if "iteration" in meta else run_dir.name
-    return plot_trajectory_credit(batch, traj_id, run_dir / TRAJECTORY_CREDIT_PNG, configs=configs, title=title)
+    return configs
 
 
 def _shorten(text: object) -> str:

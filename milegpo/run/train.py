@@ -556,8 +556,11 @@ def _has_progress(run_dir: Path) -> bool:
 
 def _expected_plots(run_dir: Path) -> list[str]:
     """The plots :func:`write_plots` makes for this run folder's files."""
+    from milegpo.run.plots import trajectory_credit_unplottable
+
     names = [LEARNING_CURVE_PNG, CREDIT_DIAGNOSTICS_PNG] if _has_progress(run_dir) else []
-    return names + ([TRAJECTORY_CREDIT_PNG] if (run_dir / LAST_BATCH_FILE).exists() else [])
+    drawn = (run_dir / LAST_BATCH_FILE).exists() and trajectory_credit_unplottable(run_dir) is None
+    return names + ([TRAJECTORY_CREDIT_PNG] if drawn else [])
 
 
 def write_plots_safely(run_dir: Path) -> bool:

@@ -17,7 +17,8 @@ of verl-agent) configure ``milegpo.g2po``;
 ``actor_rollout_ref.actor.use_invalid_action_penalty`` / ``invalid_action_penalty_coef``
 set the invalid-action penalty. A key that would change the result but that milegpo's
 credit cannot honour is refused with a message naming it: ``algorithm.use_kl_in_reward``,
-``algorithm.gigpo.enable_similarity``, and the keys that score replies into
+``algorithm.gigpo.enable_similarity``, ``algorithm.milegpo.memory_half_life > 0`` (the milestone
+memory needs the trainer to carry it across iterations), and the keys that score replies into
 ``token_level_scores`` (``reward_model.enable``, a ``reward_model.reward_manager`` other
 than verl-agent's ``episode``, ``custom_reward_function.path``), a column verl-agent's own
 estimators read and milegpo's do not. So are a milegpo field set twice (under
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 
 from milegpo.config.fields import check_type
 from milegpo.credit import CREDIT_METHODS, CreditConfig, make_credit_config
+from milegpo.credit.memory import uses_memory
 from milegpo.integrations.verl.steps import SuccessRule
 
 #: ``algorithm.adv_estimator`` names routed to milegpo: the methods verl-agent lacks under
@@ -297,6 +299,10 @@ def settings_from_config(config: ConfigTree, estimator: str | None = None) -> Es
         credit = make_credit_config(method, **{**{key: value for key, (_, value) in inherited.items()}, **ours})
     except (TypeError, ValueError) as err:
         refusals.add(f"algorithm.milegpo for {name!r}: {err} (or one of {list(_RUN_KEYS)})")
+    if credit is not None and uses_memory(credit):
+        refusals.add(f"algorithm.milegpo.memory_half_life={ours.get('memory_half_life')} (the milestone memory) is not "
+                     "available under verl-agent: its estimator credits each batch alone and carries nothing "
+                     "across steps; set it to 0, or train with milegpo's own trainer")
     penalty = 0.0
     try:
         penalty = invalid_action_penalty(config)
