@@ -306,15 +306,20 @@ def test_a_run_resumed_with_the_memory_off_drops_it_in_one_line(saved_memory_run
                                                                caplog: pytest.LogCaptureFixture) -> None:
     from milegpo.algos import MileGPO
 
-    off = MileGPO.load(saved_memory_run, env=house(), credit_kwargs={"memory_half_life": 0.0})
     with caplog.at_level("WARNING"):
-        off.learn(total_timesteps=1, reset_num_timesteps=False)
+        off = MileGPO.load(saved_memory_run, env=house(), credit_kwargs={"memory_half_life": 0.0})
+        off.save(tmp_path / "off")  # saved again before any iteration: not carried either
         off.learn(total_timesteps=1, reset_num_timesteps=False)
     assert memory_warnings(caplog) == ["the milestone memory of 2 task(s) is dropped: the credit no longer uses it "
                                        "(memory_half_life is 0); turning it on again starts a fresh one"]
     assert off.rollout_state.credit_memory is None
-    off.save(tmp_path / "off")
     assert json.loads((tmp_path / "off" / "config.json").read_text())["credit_memory"] is None
+    model = MileGPO("LLMPolicy", house(), learning_rate=1e-2, seed=0,  # a memory set by hand, then turned off
+                    policy_kwargs={"model": off.policy_config.model, "mode": "choose"})
+    model.rollout_state.credit_memory = MilestoneMemory(1)
+    with caplog.at_level("WARNING"):
+        model.learn(total_timesteps=1)
+    assert model.rollout_state.credit_memory is None and len(memory_warnings(caplog)) == 2
 
 
 @pytest.mark.parametrize(("change", "named"), [

@@ -619,7 +619,7 @@ class GroupRLAlgorithm(OnPolicyAlgorithm):
             model._behaviour_pending = True
         if saved.minibatch_rng is not None:
             model._rng.bit_generator.state = saved.minibatch_rng
-        model.rollout_state.credit_memory = saved.credit_memory
+        model.rollout_state.credit_memory = iteration.memory_if_used(saved.credit_memory, model.credit_config)
         model.ep_info_buffer = deque(maxlen=model._stats_window_size)
         model.ep_success_buffer = deque(maxlen=model._stats_window_size)
         return model

@@ -271,6 +271,16 @@ def env_scope(env: GroupedTextVecEnv) -> dict[str, Any]:
     return {"name": env.env_name, "split": None if split is None else str(split), "num_tasks": env_task_count(env)}
 
 
+def memory_if_used(memory: MilestoneMemory | None, config: CreditConfig) -> MilestoneMemory | None:
+    """``memory`` when the credit uses a milestone memory; else None, a memory still held (a run resumed with
+    the memory off) dropped with one warning line, so that it is neither saved again nor read later."""
+    if memory is not None and not uses_memory(config):
+        logger.warning("the milestone memory of %d task(s) is dropped: the credit no longer uses it "
+                       "(memory_half_life is 0); turning it on again starts a fresh one", len(memory.tasks))
+        return None
+    return memory
+
+
 def memory_to_read(memory: MilestoneMemory | None, config: CreditConfig,
                    env: GroupedTextVecEnv) -> MilestoneMemory | None:
     """The milestone memory this iteration's credit reads: ``memory`` when it was built under the run's
@@ -279,10 +289,7 @@ def memory_to_read(memory: MilestoneMemory | None, config: CreditConfig,
     counts would be read as evidence of other ages or other tasks); None when the credit does not use it,
     a memory still held (a run resumed with the memory off) dropped with one warning line."""
     if not uses_memory(config):
-        if memory is not None:
-            logger.warning("the milestone memory of %d task(s) is dropped: the credit no longer uses it "
-                           "(memory_half_life is 0); turning it on again starts a fresh one", len(memory.tasks))
-        return None
+        return memory_if_used(memory, config)
     assert isinstance(config, MileGPOConfig)
     scope = memory_scope(config, env_scope(env))
     if memory is None:
