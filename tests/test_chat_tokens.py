@@ -53,6 +53,16 @@ def smollm() -> str:
     return smollm2_path()
 
 
+def builder_with_template(smollm: str, template: str) -> ChatPromptBuilder:
+    """A chat prompt builder on SmolLM2's tokenizer with ``template`` as its chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm)
+    tokenizer.chat_template = template
+    return ChatPromptBuilder(tokenizer, "Answer.", history_length=4, max_prompt_tokens=4096,
+                             stop_ids=[tokenizer.eos_token_id])
+
+
 def test_a_real_chat_rollout_grows_every_prompt_from_the_sampled_ids(model_path: str, one_torch_thread) -> None:
     """The offline tiny model's word-level tokenizer does not round-trip its own replies (re-rendered as text,
     only 1 of 72 turns continued the one before); appended from ids, every turn does, and the one-pass
@@ -124,15 +134,11 @@ def test_a_template_that_rewrites_earlier_turns_is_rendered_as_text(smollm: str)
     """A template whose render of a turn depends on the conversation around it (here: the turn count in every
     message, and the system prompt moved to the end) cannot be grown by appending: the prompt is the
     template's own render, as without sampled ids."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm)
     counted = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + ' of ' + messages|length|string + '\n' + "
                "m['content'] + '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}"
                "{{ '<|im_start|>assistant\n' }}{% endif %}")
-    tokenizer.chat_template = counted
-    builder = ChatPromptBuilder(tokenizer, "Answer.", history_length=4, max_prompt_tokens=4096,
-                                stop_ids=[tokenizer.eos_token_id])
+    builder = builder_with_template(smollm, counted)
+    tokenizer = builder.tokenizer
     info = {"task": "t"}
     history: list[Turn] = []
     for t in range(3):
@@ -166,16 +172,12 @@ def test_a_turn_is_its_pair_and_keeps_its_sample_through_pickle() -> None:
 def test_a_template_that_drops_earlier_reasoning_is_rendered_as_text(smollm: str) -> None:
     """A template that keeps only the answer of replies before the last user message (Qwen3's does) would not
     show the model its appended reasoning: it is detected and the prompt is the template's own render."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm)
-    tokenizer.chat_template = (
+    builder = builder_with_template(smollm, (
         "{% for m in messages %}{% set content = m['content'] %}"
         "{% if m['role'] == 'assistant' and not loop.last %}{% set content = content.split('</think>')[-1] %}"
         "{% endif %}{{ '<|im_start|>' + m['role'] + '\n' + content + '<|im_end|>\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-    builder = ChatPromptBuilder(tokenizer, "Answer.", history_length=4, max_prompt_tokens=4096,
-                                stop_ids=[tokenizer.eos_token_id])
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"))
+    tokenizer = builder.tokenizer
     reply = "<think>the door is north</think><action>go north</action>"
     ids = [*tokenizer.encode(reply, add_special_tokens=False), tokenizer.eos_token_id]
     first = builder.build("t", "obs 0", [], {})
@@ -192,18 +194,13 @@ def test_a_template_that_keeps_state_across_tool_outputs_is_rendered_as_text(smo
     """A template that renders a tool output differently after an earlier one (DeepSeek-V3's opens a block of
     outputs once, until an assistant message with tool calls) changes what follows a reply with the turns before
     it: the probe of an earlier turn ending in a tool output finds it, and the prompt is rendered as text."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm)
-    tokenizer.chat_template = (
+    builder = builder_with_template(smollm, (
         "{% set ns = namespace(first=true) %}{% for m in messages %}"
         "{% if m['role'] == 'tool' %}{% if ns.first %}{{ '<outputs>' }}{% set ns.first = false %}{% else %}"
         "{{ '\n' }}{% endif %}{{ '<output>' + m['content'] + '</output>' }}"
         "{% else %}{% if m.get('tool_calls') %}{% set ns.first = true %}{% endif %}"
         "{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-    builder = ChatPromptBuilder(tokenizer, "Answer.", history_length=4, max_prompt_tokens=4096,
-                                stop_ids=[tokenizer.eos_token_id])
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"))
     assert builder.turn_ids is not None
     with pytest.warns(UserWarning, match="turn by turn"):
         assert not builder.turn_ids.turn_by_turn(None, ["tool"])
