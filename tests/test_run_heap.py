@@ -56,10 +56,10 @@ def test_objects_alive_at_entry_are_frozen_and_given_back(unfrozen: None) -> Non
 
 def test_a_freeze_made_elsewhere_is_left_alone(unfrozen: None) -> None:
     gc.freeze()
-    count = gc.get_freeze_count()
+    count = gc.get_freeze_count()  # frozen objects that die meanwhile (other threads of a long suite) leave it
     with frozen_heap() as froze:
-        assert not froze and gc.get_freeze_count() == count
-    assert gc.get_freeze_count() == count  # not unfrozen by the block
+        assert not froze and 0 < gc.get_freeze_count() <= count  # nothing frozen again
+    assert 0 < gc.get_freeze_count() <= count  # not unfrozen by the block
 
 
 def test_an_error_inside_gives_the_heap_back(unfrozen: None) -> None:
