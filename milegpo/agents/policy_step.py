@@ -17,7 +17,10 @@ re-tokenised from text.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from milegpo.policies.prompts import ChatPromptBuilder
 
 #: the info key of a step whose prompt is an agent program's request
 AGENT_REQUEST = "agent_request"
@@ -41,8 +44,9 @@ def request_prompt(policy: Any, request: Mapping[str, Any], history: Sequence[tu
                          "has no chat template: train an instruct/chat model")
     limit = int(policy.config.max_prompt_tokens)
     prompts = policy.request_prompts
-    messages = chat_messages(list(request["messages"]), renders_tools(tokenizer))
-    ids = continued_prompt(prompts, request, messages, history, renders_tools(tokenizer)) or \
+    native_tools = renders_tools(tokenizer)
+    messages = chat_messages(list(request["messages"]), native_tools)
+    ids = continued_prompt(prompts, request, messages, history, native_tools) or \
         prompts.encode(messages, request.get("tools"))
     if len(ids) > limit:
         raise ValueError(f"an agent program sent a conversation of {len(ids)} tokens, more than "
@@ -51,7 +55,7 @@ def request_prompt(policy: Any, request: Mapping[str, Any], history: Sequence[tu
     return ids
 
 
-def continued_prompt(prompts: Any, request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]],
+def continued_prompt(prompts: ChatPromptBuilder, request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]],
                      history: Sequence[tuple[str, str]], native_tools: bool) -> list[int] | None:
     """Token in, token out for an agent: the last step's prompt ids and sampled reply ids, then the ids the
     chat template puts after a reply for the messages that followed it, when the request continues the last
@@ -61,7 +65,7 @@ def continued_prompt(prompts: Any, request: Mapping[str, Any], messages: Sequenc
 
     continues = request.get(CONTINUES)
     sample = getattr(history[-1], "sample", None) if history else None
-    turn_ids = getattr(prompts, "turn_ids", None)
+    turn_ids = prompts.turn_ids
     if continues is None or sample is None or turn_ids is None or sample.candidate_ids is not None:
         return None
     length = int(continues["length"])

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from milegpo.policies.tools import chat_template_for_tools
+from milegpo.policies.tools import render_chat
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -42,6 +42,12 @@ PROBE_OPENINGS: tuple[tuple[dict[str, str], ...], ...] = (
     ({"role": "user", "content": "x"},),
     ({"role": "system", "content": "s"}, {"role": "user", "content": "y z"}),
 )
+#: the observations the probes follow the reply with
+PROBE_CONTENTS = ("o", "  two lines\nof text  ", "ünï <tag> {x}")
+#: the most message lists whose ids are kept (all dropped when full)
+MAX_KEPT = 65536
+
+Messages = Sequence[Mapping[str, Any]]
 
 
 def probe_openings(roles: Sequence[str]) -> list[tuple[dict[str, str], ...]]:
@@ -50,11 +56,6 @@ def probe_openings(roles: Sequence[str]) -> list[tuple[dict[str, str], ...]]:
     earlier = [({"role": "user", "content": "x"}, {"role": "assistant", "content": "r"}, {"role": role, "content": "w"})
                for role in dict.fromkeys(["user", *roles])]
     return [*PROBE_OPENINGS, *earlier]
-PROBE_CONTENTS = ("o", "  two lines\nof text  ", "ünï <tag> {x}")
-#: the most message lists whose ids are kept (all dropped when full)
-MAX_KEPT = 65536
-
-Messages = Sequence[Mapping[str, Any]]
 
 
 class TurnIds:
@@ -74,23 +75,14 @@ class TurnIds:
         self._warned = False
         self._after: dict[str, tuple[int, ...] | None] = {}  # per (messages, tools)
 
-    def render(self, messages: Messages, tools: Sequence[Mapping[str, Any]] | None) -> str:
-        """The template's text of ``messages`` with the next assistant turn's generation prompt."""
-        if tools:
-            return str(self.tokenizer.apply_chat_template(
-                [dict(m) for m in messages], tools=[dict(t) for t in tools],
-                chat_template=chat_template_for_tools(self.tokenizer), add_generation_prompt=True, tokenize=False))
-        return str(self.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
-                                                      tokenize=False))
-
     def _after_text(self, opening: Messages, messages: Messages,
                     tools: Sequence[Mapping[str, Any]] | None) -> str | None:
         """The text the template puts between a reply to ``opening`` and the generation prompt after the
         ``messages`` that follow it, or None when the render does not start with the opening's own render
         and the reply."""
-        head = self.render(opening, tools) + PROBE_REPLY
+        head = str(render_chat(self.tokenizer, opening, tools, tokenize=False)) + PROBE_REPLY
         reply = {"role": "assistant", "content": PROBE_REPLY}
-        full = self.render([*opening, reply, *messages], tools)
+        full = str(render_chat(self.tokenizer, [*opening, reply, *messages], tools, tokenize=False))
         return full[len(head):] if full.startswith(head) and full.count(PROBE_REPLY) == 1 else None
 
     def turn_by_turn(self, tools: Sequence[Mapping[str, Any]] | None, roles: Sequence[str]) -> bool:

@@ -170,9 +170,9 @@ class LLMPolicy(AdapterFilesMixin):
 
     @property
     def request_prompts(self) -> ChatPromptBuilder:
-        """The chat prompts of requests that bring their own messages (an agent program's): the policy's chat
-        builder, or, in the template format, one without instructions or history (built once, growing a
-        continued conversation from the sampled ids all the same)."""
+        """The chat prompts of requests that bring their own messages (an agent program's, ``milegpo serve``'s):
+        the policy's chat builder, or, in the template format, one without instructions or history (built once,
+        growing a continued conversation from the sampled ids all the same)."""
         if self.chat is not None:
             return self.chat
         if self._request_prompts is None:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from milegpo.policies.chat_turns import TurnIds
-from milegpo.policies.tools import chat_template_for_tools
+from milegpo.policies.tools import render_chat
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -356,12 +356,7 @@ class ChatPromptBuilder:
         """The chat template's token ids of ``messages`` with the next assistant turn's generation prompt;
         ``tools`` (JSON schemas) go to the template (:data:`~milegpo.policies.tools.TOOL_CHAT_TEMPLATE` when
         the tokenizer's own template ignores tools)."""
-        if tools:
-            encoded = self.tokenizer.apply_chat_template(
-                messages, tools=[dict(t) for t in tools], chat_template=chat_template_for_tools(self.tokenizer),
-                add_generation_prompt=True, tokenize=True)
-        else:
-            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        encoded = render_chat(self.tokenizer, messages, tools, tokenize=True)
         ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded  # a BatchEncoding in transformers 5
         return [int(i) for i in cast(list[int], ids)]
 

@@ -58,6 +58,19 @@ def chat_template_for_tools(tokenizer: Any) -> str | None:
     return None if renders_tools(tokenizer) else TOOL_CHAT_TEMPLATE
 
 
+def render_chat(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                tokenize: bool) -> Any:
+    """``tokenizer.apply_chat_template`` of ``messages`` with the next assistant turn's generation prompt, as text
+    or as ids (what the tokenizer returns); ``tools`` (JSON schemas) go to the template, rendered by
+    :data:`TOOL_CHAT_TEMPLATE` when the tokenizer's own template ignores tools."""
+    conversation = [dict(m) for m in messages]
+    if tools:
+        return tokenizer.apply_chat_template(conversation, tools=[dict(t) for t in tools],
+                                             chat_template=chat_template_for_tools(tokenizer),
+                                             add_generation_prompt=True, tokenize=tokenize)
+    return tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=tokenize)
+
+
 def tool_calls_action(calls: Sequence[Mapping[str, Any]]) -> str:
     """The env's action for ``calls`` (``{"name", "arguments"}`` each, or the ``{"type": "function",
     "function": {...}}`` form): canonical JSON (sorted keys), so equal calls are equal actions."""

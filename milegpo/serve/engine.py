@@ -24,7 +24,6 @@ import torch as th
 
 from milegpo.policies.model import forward_model, merged_forwards
 from milegpo.policies.parsing import action_parser
-from milegpo.policies.prompts import ChatPromptBuilder
 from milegpo.policies.tools import renders_tools
 from milegpo.policies.vllm_sampler import VLLMSampler
 from milegpo.serve.errors import APIError
@@ -51,7 +50,7 @@ class ChatEngine:
         self.policy, self.name = policy, name
         policy.set_training_mode(False)  # no dropout: replies are the policy's as it acts
         tokenizer = policy.tokenizer
-        self.prompts = policy.chat or ChatPromptBuilder(tokenizer, "", 0, policy.config.max_prompt_tokens)
+        self.prompts = policy.request_prompts
         self.native_tools = renders_tools(tokenizer)
         self.parse_tools = action_parser("tools", tokenizer)
         self.context_length = context_length(policy)
