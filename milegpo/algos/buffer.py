@@ -344,12 +344,18 @@ class TextRolloutBuffer:
 
     def compute_credit(self, method: str, config: CreditConfig | Mapping[str, Any] | None = None) -> CreditResult:
         """Build the :class:`StepBatch` and compute every step's advantage with ``method``."""
-        batch = self.step_batch()
-        result = compute_credit(method, batch, config)
+        return self.set_credit(method, compute_credit(method, self.step_batch(), config))
+
+    def set_credit(self, method: str, result: CreditResult) -> CreditResult:
+        """Take ``result``, ``method``'s credit of :meth:`step_batch` (computed here or, for a credit that reads
+        more than the batch, such as MileGPO's milestone memory, by the caller), once it has one advantage per
+        step."""
+        if self.batch is None:
+            raise RuntimeError("call step_batch() first: the credit is of its rows")
         advantages = np.asarray(result.advantages, dtype=np.float64)
-        if advantages.shape != (batch.num_steps,):
-            raise ValueError(f"credit method {method!r} returned {advantages.shape} advantages for {batch.num_steps} "
-                             f"steps")
+        num_steps = self.batch.num_steps
+        if advantages.shape != (num_steps,):
+            raise ValueError(f"credit method {method!r} returned {advantages.shape} advantages for {num_steps} steps")
         self.credit, self.advantages = result, advantages
         return result
 

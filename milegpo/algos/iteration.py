@@ -214,7 +214,7 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
         if memory is not None:
             assert isinstance(plan.credit_config, MileGPOConfig)
             credit, observed = remembered_credit(buffer.step_batch(), plan.credit_config, memory, task_keys)
-            buffer.credit, buffer.advantages = credit, np.asarray(credit.advantages, dtype=np.float64)
+            buffer.set_credit(plan.credit_method, credit)
         else:
             credit = buffer.compute_credit(plan.credit_method, plan.credit_config)
     credit_time = time.perf_counter() - started
