@@ -240,8 +240,10 @@ class MilestoneMemory:
         for key, counts in observed:
             by_key.setdefault(int(key), []).append(counts)
         tasks = dict(self.tasks)
+        recurred = 0
         for key, groups in by_key.items():
             old = self.remembered(key, config.memory_half_life)
+            recurred += old is not None
             merged = merge_counts(([old] if old is not None else []) + groups)
             tasks[key] = RememberedTask(self.iteration, merged.capped(config.memory_max_states))
         # a task whose trajectories have all decayed below FORGET_BELOW by the next iteration is forgotten
@@ -251,7 +253,6 @@ class MilestoneMemory:
         if len(tasks) > config.memory_max_tasks:
             kept = sorted(tasks, key=lambda k: (-tasks[k].seen, k))[:config.memory_max_tasks]
             tasks = {k: tasks[k] for k in sorted(kept)}
-        recurred = sum(self.remembered(key, config.memory_half_life) is not None for key in by_key)
         return MilestoneMemory(self.iteration + 1, tasks, self.tasks_observed + len(by_key),
                                self.tasks_recurred + recurred, self.scope)
 
@@ -311,8 +312,7 @@ def group_counts(graph: TaskGraph) -> list[tuple[TaskCounts, np.ndarray, np.ndar
         names[goal] = None
     node_bounds = np.searchsorted(graph.node_task, np.arange(graph.num_tasks + 1))
     edge_bounds = np.searchsorted(graph.edge_task, np.arange(graph.num_tasks + 1))
-    node_counts = np.stack([graph.node_n_traj, graph.node_n_succ, graph.node_n_revisit], axis=1).astype(np.float64)
-    edge_counts = np.stack([graph.edge_n_traj, graph.edge_n_succ], axis=1).astype(np.float64)
+    node_counts, edge_counts = count_arrays(graph)
     out = []
     for q in range(graph.num_tasks):
         nodes = np.arange(node_bounds[q], node_bounds[q + 1])
@@ -330,6 +330,13 @@ def group_counts(graph: TaskGraph) -> list[tuple[TaskCounts, np.ndarray, np.ndar
                             float(graph.task_n_traj[q]), float(graph.task_n_succ[q]))
         out.append((counts, nodes, edges))
     return out
+
+
+def count_arrays(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The graph's (nodes, 3) trajectories, successes and revisits and (edges, 2) trajectories and successes,
+    as fresh float arrays."""
+    return (np.stack([graph.node_n_traj, graph.node_n_succ, graph.node_n_revisit], axis=1).astype(np.float64),
+            np.stack([graph.edge_n_traj, graph.edge_n_succ], axis=1).astype(np.float64))
 
 
 def _lookup(keys: Sequence[Any], remembered: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -373,8 +380,7 @@ def remembered_credit(batch: StepBatch, config: MileGPOConfig, memory: Milestone
                              "stable key (the trainer: its task seed)")
         keys = [int(task_keys[int(v)]) for v in graph.task_values.tolist()]
     own = group_counts(graph)
-    node_counts = np.stack([graph.node_n_traj, graph.node_n_succ, graph.node_n_revisit], axis=1).astype(np.float64)
-    edge_counts = np.stack([graph.edge_n_traj, graph.edge_n_succ], axis=1).astype(np.float64)
+    node_counts, edge_counts = count_arrays(graph)  # the group's, to which the remembered counts are added
     task_counts = np.stack([graph.task_n_traj, graph.task_n_succ], axis=1).astype(np.float64)
     from_memory, recurring = 0.0, set()
     for q, key in enumerate(keys):
