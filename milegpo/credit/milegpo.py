@@ -221,15 +221,12 @@ def _half_life(value: Any) -> float:
     """``memory_half_life`` as a float: a number, or text naming one (``"inf"`` from a command line or a
     checkpoint's strict JSON); ``ValueError`` in one line for NaN and anything else."""
     try:
-        if isinstance(value, bool):
-            raise TypeError
-        half_life = float(value)
+        half_life = math.nan if isinstance(value, bool) else float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"memory_half_life must be a number of iterations >= 0 (0: off, inf: never forget), got "
-                         f"{value!r}") from None
+        half_life = math.nan
     if math.isnan(half_life):
-        raise ValueError("memory_half_life must be a number of iterations >= 0 (0: off, inf: never forget), got "
-                         "nan")
+        raise ValueError(f"memory_half_life must be a number of iterations >= 0 (0: off, inf: never forget), got "
+                         f"{value!r}")
     return half_life
 
 
