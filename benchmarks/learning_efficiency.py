@@ -109,6 +109,8 @@ WARM_STARTS: dict[str, dict] = {
 #: Opt-in variants of ours, run and tabulated like the methods: name -> (credit method, credit_kwargs, label).
 VARIANTS: dict[str, tuple[str, dict, str]] = {
     "milegpo_success_only": ("milegpo", {"shape_failed_tasks": False}, "MileGPO, no shaping without a success (ours)"),
+    # the milestone memory at the half-life chosen on the tuning envs (House, TWX coin), not retuned here
+    "milegpo_memory": ("milegpo", {"memory_half_life": 2}, "MileGPO + memory, half-life 2 (ours)"),
 }
 #: Every name ``--algos`` takes, in table order, and its label.
 ALGOS = list(CREDIT_METHODS) + list(VARIANTS)
@@ -183,6 +185,7 @@ def run_one(job: dict) -> dict:
         "final": {split: result["success_rate"] for split, result in finals.items()},
         "final_score": {split: result.get("mean_score") for split, result in finals.items()},
         "speed": _speed(run_dir / "progress.csv"), "budget": config.run.total_timesteps,
+        **({"memory": memory} if (memory := _memory_stats(run_dir / "progress.csv")) else {}),
     }
 
 
@@ -195,6 +198,28 @@ def _speed(progress_csv: Path) -> dict:
         values = [v for v in data.get(key, []) if not np.isnan(v)]
         if values:
             out[key] = float(np.mean(values))
+    return out
+
+
+#: The milestone memory's per-iteration diagnostics (progress.csv columns) a run records, and how
+#: each is reduced over the run's iterations.
+MEMORY_COLUMNS = {"credit/memory_recurrence_rate": "last", "credit/memory_recurring_frac": "mean",
+                  "credit/memory_evidence_share": "mean", "credit/memory_tasks": "max", "credit/memory_bytes": "max"}
+
+
+def _memory_stats(progress_csv: Path) -> dict:
+    """The milestone memory's diagnostics over a run (:data:`MEMORY_COLUMNS`: the run's task recurrence
+    rate at its end, the mean share of a batch's tasks the memory held and of the evidence it gave, the
+    most tasks and bytes it held); empty for a run without the memory."""
+    from milegpo.run.plots import read_progress
+
+    data = read_progress(progress_csv)
+    out = {}
+    for key, reduce in MEMORY_COLUMNS.items():
+        values = [v for v in data.get(key, []) if not np.isnan(v)]
+        if values:
+            out[key.removeprefix("credit/")] = float({"last": values[-1], "mean": np.mean(values),
+                                                      "max": np.max(values)}[reduce])
     return out
 
 
