@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's root: the benchmarks package
 
-import credit_quality  # noqa: E402
-import ground_truth  # noqa: E402
-import learning_efficiency  # noqa: E402
+from benchmarks import learning_efficiency  # noqa: E402
+from benchmarks.credit import credit_quality, ground_truth  # noqa: E402
 
 
 def test_paired_difference_by_hand():

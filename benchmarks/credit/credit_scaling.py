@@ -24,28 +24,27 @@ advantage function on the same house batches beside ours (same episodes; token l
 Writes ``benchmarks/results/credit_scaling.json`` (after every size, so a killed run keeps
 what it measured) and ``credit_scaling.md``.
 
-    python benchmarks/credit_scaling.py                       # 1k .. 1M steps
-    python benchmarks/credit_scaling.py --max-steps 100000    # quicker
+    python -m benchmarks.credit.credit_scaling                       # 1k .. 1M steps
+    python -m benchmarks.credit.credit_scaling --max-steps 100000    # quicker
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib.util
 import json
 import os
 import platform
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness
+from benchmarks.harness import timed, timed_interleaved
 from milegpo.credit import CREDIT_METHODS, StepBatch, build_task_graph, compute_credit
 
-RESULTS = Path(__file__).resolve().parent / "results"
 #: (tasks, group, horizon): ~1k to ~1M steps (walks end early when they win: 1,100 tasks give just over 1M)
 SIZES = [(1, 16, 64), (4, 16, 64), (16, 16, 64), (64, 16, 64), (256, 16, 64), (1100, 16, 64)]
 ROOMS = 10
@@ -120,19 +119,6 @@ def action_texts(moves: np.ndarray, kind: str) -> np.ndarray:
     return out
 
 
-def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Median (wall, process CPU) seconds of ``repeats`` calls after one warm-up."""
-    fn()
-    wall, cpu = [], []
-    for _ in range(repeats):
-        gc.collect()
-        w, c = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - w)
-        cpu.append(time.process_time() - c)
-    return float(np.median(wall)), float(np.median(cpu))
-
-
 def last_level_cache_bytes() -> int:
     """Size of the CPU's largest cache (Linux sysfs), or 512 MiB where it cannot be read."""
     sizes = []
@@ -152,29 +138,6 @@ class CacheEvictor:
 
     def __call__(self) -> None:
         self.buffer[::8] += 1.0
-
-
-def timed_interleaved(fns: dict[str, Callable[[], object]], repeats: int,
-                      before: Callable[[], None] | None = None) -> dict[str, tuple[float, float]]:
-    """:func:`timed` of every function, the calls interleaved: one warm-up each, then ``repeats`` rounds
-    that call each function once (the order rotated every round), so a change of load on the shared
-    machine hits every function alike. ``before`` (untimed) runs before every timed call. Median (wall,
-    process CPU) seconds by name."""
-    for fn in fns.values():
-        fn()
-    names = list(fns)
-    wall: dict[str, list[float]] = {name: [] for name in names}
-    cpu: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            gc.collect()
-            if before is not None:
-                before()
-            w, c = time.perf_counter(), time.process_time()
-            fns[name]()
-            wall[name].append(time.perf_counter() - w)
-            cpu[name].append(time.process_time() - c)
-    return {name: (float(np.median(wall[name])), float(np.median(cpu[name]))) for name in names}
 
 
 def peak_mb(fn: Callable[[], object]) -> float:
@@ -214,11 +177,10 @@ def verl_agent_gigpo(path: Path) -> Callable[[StepBatch], object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "credit_scaling.json")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-steps", type=int, default=2_000_000, help="skip sizes whose batch exceeds this")
     parser.add_argument("--verl-agent", type=Path, default=None, help="a verl-agent checkout, for its GiGPO")
-    parser.add_argument("--out", type=Path, default=RESULTS / "credit_scaling.json")
     parser.add_argument("--evict-mb", type=int, default=2 * last_level_cache_bytes() // 2 ** 20,
                         help="buffer written before each cold call (default: twice the last-level cache)")
     args = parser.parse_args()
@@ -228,16 +190,14 @@ def main() -> None:
         "benchmark": "credit_scaling", "repeats": args.repeats,
         "statistic": "median wall and process CPU seconds per call, after one warm-up",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-                    "load_1min_at_start": os.getloadavg()[0],
+                    "load_1min_at_start": harness.load_1min(),
                     "last_level_cache_mb": last_level_cache_bytes() / 2 ** 20, "evict_mb": args.evict_mb},
         "runs": [],
     }
     runs: list[dict[str, object]] = result["runs"]  # type: ignore[assignment]
 
     def save() -> None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        args.out.with_suffix(".md").write_text(markdown(result))
+        harness.write_results(args.out, result, markdown(result))
 
     for kind in ("house", "distinct"):
         for tasks, group, horizon in SIZES:
@@ -299,7 +259,7 @@ def main() -> None:
     depth["steps_ratio"] = depth["200"]["steps"] / depth["50"]["steps"]  # type: ignore[assignment]
     result["distinct_graph_build_horizon_50_vs_200"] = depth
     result["rank_gather"] = rank_gather_cost(args.repeats)
-    result["machine"]["load_1min_at_end"] = os.getloadavg()[0]  # type: ignore[index]
+    result["machine"]["load_1min_at_end"] = harness.load_1min()  # type: ignore[index]
     save()
     print("log-log slope of time vs steps:", json.dumps(slopes, indent=1))
     print(f"distinct states, graph build T=50 -> T=200: {depth['growth']:.2f}x for {depth['steps_ratio']:.2f}x the "

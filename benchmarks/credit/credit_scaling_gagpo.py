@@ -6,29 +6,23 @@ states, ``distinct`` with the step index in every state); the timing is its medi
 of time against steps (1 = linear). Writes ``benchmarks/results/credit_scaling_gagpo.json``
 after every size and ``credit_scaling_gagpo.md`` at the end.
 
-    python benchmarks/credit_scaling_gagpo.py                        # ~1k .. ~240k steps, a few minutes
-    python benchmarks/credit_scaling_gagpo.py --max-steps 1100000    # up to ~1M steps
+    python -m benchmarks.credit.credit_scaling_gagpo                        # ~1k .. ~240k steps, a few minutes
+    python -m benchmarks.credit.credit_scaling_gagpo --max-steps 1100000    # up to ~1M steps
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-from pathlib import Path
-
-from credit_scaling import SIZES, house_batch, slope, timed
-
+from benchmarks import harness
+from benchmarks.credit.credit_scaling import SIZES, house_batch, slope
 from milegpo.credit import compute_credit
 
-RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("gigpo", "graphgpo", "gagpo")
 
 
 def measure(kind: str, size: tuple[int, int, int], repeats: int) -> dict:
     """Steps of one batch and the median seconds of each method on it."""
     batch = house_batch(*size, distinct=kind == "distinct")
-    seconds = {m: timed(lambda m=m: compute_credit(m, batch), repeats)[0] for m in METHODS}
+    seconds = {m: harness.timed(lambda m=m: compute_credit(m, batch), repeats)[0] for m in METHODS}
     return {"kind": kind, "size": list(size), "steps": batch.num_steps, "seconds": seconds}
 
 
@@ -52,22 +46,22 @@ def markdown(rows: list[dict], load: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "credit_scaling_gagpo",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--max-steps", type=int, default=250_000, help="skip sizes above about this many steps")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", default=str(RESULTS / "credit_scaling_gagpo"))
     args = parser.parse_args()
-    out = Path(args.out)
-    load = os.getloadavg()[0]
+    out = args.out
+    load = harness.load_1min()
     rows: list[dict] = []
     for kind in ("house", "distinct"):
         for size in SIZES:
             if size[0] * size[1] * size[2] * 0.95 > args.max_steps:
                 continue
             rows.append(measure(kind, size, args.repeats))
-            out.with_suffix(".json").write_text(json.dumps({"load": load, "rows": rows}, indent=2) + "\n")
+            harness.write_json(out.with_suffix(".json"), {"load": load, "rows": rows})
             print(rows[-1], flush=True)
-    out.with_suffix(".md").write_text(markdown(rows, load))
+    harness.write_text(out.with_suffix(".md"), markdown(rows, load))
     print(out.with_suffix(".md").read_text())
 
 

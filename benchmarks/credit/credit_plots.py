@@ -5,19 +5,17 @@ Plays 16 House tasks x 8 random rollouts (seed 0), computes every method's credi
 credit under each method: what ``trajectory_credit.png`` of a run folder shows) from that
 batch.
 
-    python benchmarks/credit_plots.py
+    python -m benchmarks.credit.credit_plots
 """
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
+from benchmarks import harness
 from milegpo.credit import StepBatch
 from milegpo.envs import make_vec_env
 from milegpo.run.plots import pick_trajectory, plot_trajectory_credit
-
-OUT = Path(__file__).resolve().parent / "results" / "trajectory_credit_example.png"
 
 
 def random_house_batch(n_tasks: int = 16, group: int = 8, seed: int = 0) -> StepBatch:
@@ -50,10 +48,12 @@ def random_house_batch(n_tasks: int = 16, group: int = 8, seed: int = 0) -> Step
 
 
 def main() -> None:
+    args = harness.parser(__doc__, harness.RESULTS / "trajectory_credit_example.png").parse_args()
     batch = random_house_batch()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    plot_trajectory_credit(batch, pick_trajectory(batch), OUT, title="House, random rollouts (16 tasks x 8, seed 0)")
-    print(f"wrote {OUT}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot_trajectory_credit(batch, pick_trajectory(batch), args.out,
+                           title="House, random rollouts (16 tasks x 8, seed 0)")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -11,35 +11,27 @@ Each env is written as soon as it is done (``OUT.json`` and ``OUT.md``), with pe
 mean ± std over seeds and GAGPO's paired difference to each method with a 95 % t interval
 over seeds.
 
-    python benchmarks/credit_quality_gagpo.py                           # ~20 min on one core
-    python benchmarks/credit_quality_gagpo.py --envs house --seeds 0    # a quick look
+    python -m benchmarks.credit.credit_quality_gagpo                           # ~20 min on one core
+    python -m benchmarks.credit.credit_quality_gagpo --envs house --seeds 0    # a quick look
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-import credit_quality
-import ground_truth
 import numpy as np
-from learning_efficiency import t_quantile
 
+from benchmarks import harness
+from benchmarks.credit import credit_quality, ground_truth
+from benchmarks.learning_efficiency import t_quantile
 from milegpo.credit import compute_credit
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
-#: (label, credit method, config overrides); MileGPO also gets the env's preset.
-VARIANTS = [
-    ("GRPO", "grpo", {}),
-    ("RLOO", "rloo", {}),
-    ("GiGPO", "gigpo", {}),
-    ("HGPO", "hgpo", {}),
-    ("GraphGPO", "graphgpo", {}),
-    ("MileGPO", "milegpo", {}),
-    ("GAGPO", "gagpo", {}),
+#: (label, credit method, config overrides): the seven methods as the credit-quality benchmark scores them
+#: (MileGPO also gets the env's preset), then GAGPO's ablations.
+VARIANTS = [variant for variant in credit_quality.VARIANTS
+            if variant[0] in ("GRPO", "RLOO", "GiGPO", "HGPO", "GraphGPO", "MileGPO", "GAGPO")] + [
     ("GAGPO lambda=0 (one-step TD)", "gagpo", {"gae_lambda": 0.0}),
     ("GAGPO lambda=1 (Monte-Carlo)", "gagpo", {"gae_lambda": 1.0}),
     ("GAGPO batch normalisation", "gagpo", {"norm_scope": "batch"}),
@@ -125,18 +117,18 @@ def write_tables(report: dict, path: Path) -> None:
                 f"{row[m]['mean']:+.3f} ± {row[m]['ci95']:.3f}" if np.isfinite(row[m]["ci95"]) else "–"
                 for m in METRICS) + " |")
         lines.append("")
-    path.write_text("\n".join(lines))
+    harness.write_text(path, "\n".join(lines))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "credit_quality_gagpo",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--envs", nargs="+", default=list(ground_truth.ENVS), choices=list(ground_truth.ENVS))
     parser.add_argument("--tasks", type=int, default=100, help="tasks per seed (ALFWorld's train split has 48)")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0-4 (ALFWorld 0-2)")
-    parser.add_argument("--out", default=str(RESULTS / "credit_quality_gagpo"))
     args = parser.parse_args()
-    out = Path(args.out)
+    out = args.out
     report: dict = {"policy": "uniform random over admissible commands", "group_size": args.group_size, "envs": {}}
     if out.with_suffix(".json").exists():  # keep the envs already done
         report["envs"] = json.loads(out.with_suffix(".json").read_text()).get("envs", {})
@@ -152,8 +144,7 @@ def main() -> None:
             "success_rate": float(np.mean([r["success_rate"] for r in per_seed])),
             "pairs": float(np.mean([r["pairs"] for r in per_seed])), "wall_s": time.time() - started,
             "summary": summarize(per_seed), "per_seed": per_seed}
-        out.parent.mkdir(exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        harness.write_json(out.with_suffix(".json"), report)
         write_tables(report, out.with_suffix(".md"))
     print(out.with_suffix(".md").read_text())
 

@@ -24,7 +24,7 @@ own state keys (this library's default: the true state, collision-free) and the 
 Outputs: ``benchmarks/results/why_milegpo.md`` (the table; the docs' home page includes it) and
 the block of README.md between the ``why-milegpo`` markers (a two-line summary).
 
-    python benchmarks/why_milegpo.py
+    python -m benchmarks.credit.why_milegpo
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-RESULTS = ROOT / "results"
-README = ROOT.parent / "README.md"
+from benchmarks import harness
+
+RESULTS = harness.RESULTS
+README = harness.REPO / "README.md"
 MARK_START, MARK_END = "<!-- why-milegpo:start -->", "<!-- why-milegpo:end -->"
 
 #: learning results: (file stem, regime, how every run starts)
@@ -100,7 +100,7 @@ def learning_comparisons(baseline: str = "graphgpo") -> list[Comparison]:
 def credit_comparisons_against(baseline: str) -> list[Comparison]:
     """MileGPO − ``baseline`` (a credit_quality variant label, e.g. ``G2PO``): paired over the seeds scored for
     both, from the per-seed rows of ``credit_quality_regimes.json``."""
-    from learning_efficiency import paired_difference
+    from benchmarks.learning_efficiency import paired_difference
 
     rows = []
     for run in json.loads((RESULTS / f"{CREDIT_SOURCE}.json").read_text())["runs"].values():
@@ -122,10 +122,11 @@ def credit_comparisons_against(baseline: str) -> list[Comparison]:
 
 def credit_comparisons() -> list[Comparison]:
     """MileGPO − GraphGPO pairwise accuracy and weighted agreement from ``credit_quality_regimes.json``
-    (``benchmarks/credit_quality.py --state-key env observation``), per group kind, env and regime."""
+    (``benchmarks/credit/credit_quality.py --state-key env observation``), per group kind, env and regime."""
     path = RESULTS / f"{CREDIT_SOURCE}.json"
     if not path.exists():
-        raise SystemExit(f"{path} is missing: run benchmarks/credit_quality.py --state-key env observation first")
+        raise SystemExit(f"{path} is missing: run python -m benchmarks.credit.credit_quality "
+                         "--state-key env observation first")
     rows = []
     for run in json.loads(path.read_text())["runs"].values():
         start = "warm start" if run["warm_start"] else "random policy"
@@ -143,7 +144,7 @@ def memory_comparisons(baseline: str) -> list[Comparison]:
     """MileGPO with its milestone memory (the protocol's chosen half-life) − ``baseline`` (``"milegpo"`` or
     ``"graphgpo"``) from ``memory_quality.json`` (``benchmarks/memory_quality.py``: random-policy groups drawn
     in a training sequence), per stage (tuning: House, TWX coin; held-out: ALFWorld, WebShop), env and regime."""
-    import memory_quality
+    from benchmarks import memory_quality
 
     path = RESULTS / "memory_quality.json"
     if not path.exists():
@@ -194,21 +195,22 @@ def write_readme_block(text: str) -> None:
     start, end = readme.find(MARK_START), readme.find(MARK_END)
     if start < 0 or end < start:
         raise SystemExit(f"README.md has no {MARK_START} ... {MARK_END} block to fill")
-    README.write_text(readme[:start + len(MARK_START)] + "\n" + text + "\n" + readme[end:])
+    harness.write_text(README, readme[:start + len(MARK_START)] + "\n" + text + "\n" + readme[end:])
 
 
 def main() -> None:
+    args = harness.parser(__doc__, RESULTS / "why_milegpo.md").parse_args()
     rows = learning_comparisons() + credit_comparisons()
     text = summary(rows)
     g2po = learning_comparisons("g2po") + credit_comparisons_against("G2PO")
-    out = RESULTS / "why_milegpo.md"
+    out = args.out
     memory = "MileGPO + memory"
     memory_part = "".join(
         f"\n### {memory} (ours, opt-in) against {label}\n\n"
         f"{summary(rows_of, label).replace('MileGPO is', f'{memory} is')}\n\n{table(rows_of, label, memory)}\n"
         for label, rows_of in (("MileGPO", memory_comparisons("milegpo")), ("GraphGPO", memory_comparisons("graphgpo")))
         if rows_of)
-    out.write_text(f"{text}\n\n{table(rows)}\n\n### MileGPO against G2PO\n\n{summary(g2po, 'G2PO')}\n\n"
+    harness.write_text(out, f"{text}\n\n{table(rows)}\n\n### MileGPO against G2PO\n\n{summary(g2po, 'G2PO')}\n\n"
                    f"{table(g2po, 'G2PO')}\n{memory_part}")
     write_readme_block(text)
     print(out.read_text())

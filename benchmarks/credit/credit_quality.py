@@ -77,31 +77,30 @@ residual, signed traps, dead-end traps, no shaping without success, residual on 
 ties only) were measured with this script at commit 6488955; none was no worse than
 GraphGPO on every env and ahead somewhere, so they were dropped from the library.
 
-    python benchmarks/credit_quality.py                      # all envs, seeds 0-4
+    python -m benchmarks.credit.credit_quality                      # all envs, seeds 0-4
     # + HGPO, RLOO:
-    python benchmarks/credit_quality.py --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4
-    python benchmarks/credit_quality.py --envs house --seeds 0
-    python benchmarks/credit_quality.py --epsilon 0.5 \
+    python -m benchmarks.credit.credit_quality --out benchmarks/results/credit_quality_hgpo_rloo --seeds 0 1 2 3 4
+    python -m benchmarks.credit.credit_quality --envs house --seeds 0
+    python -m benchmarks.credit.credit_quality --epsilon 0.5 \
         --out benchmarks/results/credit_quality_mixture_e50             # structured groups
-    python benchmarks/credit_quality.py --warm-start \
+    python -m benchmarks.credit.credit_quality --warm-start \
         --out benchmarks/results/credit_quality_warm_start              # the warm-started learner's groups
         # (the committed file's were sampled one rollout at a time, by this script at commit c540d33)
     # both regimes in one file, as committed (processes of other envs, seeds or groups, e.g. with
     # --warm-start, may fill the same file at the same time; each seed is filed when done):
     R="--state-key env observation --out benchmarks/results/credit_quality_regimes"
-    python benchmarks/credit_quality.py --envs alfworld --tasks 16 $R
-    python benchmarks/credit_quality.py --envs house coin --tasks 50 $R
-    python benchmarks/credit_quality.py --envs webshop --tasks 30 $R
+    python -m benchmarks.credit.credit_quality --envs alfworld --tasks 16 $R
+    python -m benchmarks.credit.credit_quality --envs house coin --tasks 50 $R
+    python -m benchmarks.credit.credit_quality --envs webshop --tasks 30 $R
     W="--warm-start --policy-cache /tmp/credit_quality_policies"     # the warm-started groups, same tasks
-    python benchmarks/credit_quality.py --envs house coin --tasks 50 $W $R
-    python benchmarks/credit_quality.py --envs webshop --tasks 30 $W $R
-    python benchmarks/credit_quality.py --envs alfworld --tasks 16 $W $R
-    python benchmarks/credit_quality.py --tables-only --out benchmarks/results/credit_quality_regimes
+    python -m benchmarks.credit.credit_quality --envs house coin --tasks 50 $W $R
+    python -m benchmarks.credit.credit_quality --envs webshop --tasks 30 $W $R
+    python -m benchmarks.credit.credit_quality --envs alfworld --tasks 16 $W $R
+    python -m benchmarks.credit.credit_quality --tables-only --out benchmarks/results/credit_quality_regimes
 """
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import random
@@ -111,14 +110,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ground_truth
-import learning_efficiency
 import numpy as np
 
+from benchmarks import harness, learning_efficiency
+from benchmarks.credit import ground_truth
 from milegpo.credit import StepBatch, build_task_graph, compute_credit
 from milegpo.credit.diagnostics import tied_pairs
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 #: (label, credit method, config overrides); MileGPO rows add the env's preset.
 VARIANTS = [
@@ -206,7 +203,7 @@ def warm_started_policy(env_name: str, seed: int, workdir: Path):
         else:
             policy = learning_efficiency.starting_model(config, folder).policy
             policy.save(saved)
-            settings.write_text(json.dumps(values, indent=2) + "\n")
+            harness.write_json(settings, values)
     policy.reseed_sampling(seed)
     return policy
 
@@ -668,7 +665,7 @@ def write_tables(data: dict, path: Path) -> None:
         if any(len(info["regimes"]) > 1 for info in report["envs"].values()):
             lines += delta_table(report) + breakdown_tables(report)
         lines += method_tables(report) + paper_table(report)
-    path.write_text("\n".join(lines))
+    harness.write_text(path, "\n".join(lines))
 
 
 def env_entry(per_seed: list[dict], state_keys: list[str]) -> dict:
@@ -697,13 +694,14 @@ def save_seed(out: Path, label: str, run: dict, env_name: str, row: dict) -> dic
         rows = [r for r in envs.get(env_name, {}).get("per_seed", [])
                 if r["seed"] != row["seed"] and (r["tasks"], r.get("group_size")) == (row["tasks"], row["group_size"])]
         data["runs"][label] = {**run, "envs": {**envs, env_name: env_entry([*rows, row], run["state_keys"])}}
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        harness.write_json(path, data)
         write_tables(data, out.with_suffix(".md"))
     return data
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "credit_quality",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--envs", nargs="+", default=list(ground_truth.ENVS), choices=list(ground_truth.ENVS))
     parser.add_argument("--tasks", type=int, default=100, help="tasks per seed (ALFWorld's train split has 48)")
     parser.add_argument("--group-size", type=int, default=8)
@@ -719,10 +717,9 @@ def main() -> None:
     parser.add_argument("--policy-cache", default=None,
                         help="with --warm-start: a folder keeping each (env, seed)'s warm-started policy, built once "
                              "and loaded by later runs (default: a temporary folder)")
-    parser.add_argument("--out", default=str(RESULTS / "credit_quality"))
     parser.add_argument("--tables-only", action="store_true", help="redo OUT.md from OUT.json")
     args = parser.parse_args()
-    out = Path(args.out)
+    out = args.out
     if args.tables_only:
         write_tables(json.loads(out.with_suffix(".json").read_text()), out.with_suffix(".md"))
         print(out.with_suffix(".md").read_text())

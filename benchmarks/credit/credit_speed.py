@@ -10,23 +10,18 @@ Sizes: 16 tasks x 8 trajectories x 50 steps (the paper's batch) and 10x the task
 Reports the median wall time of several runs of each method, plus the graph build
 alone, and writes ``benchmarks/results/credit_speed.json``.
 
-    python benchmarks/credit_speed.py [--repeats 7]
+    python -m benchmarks.credit.credit_speed [--repeats 7]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
-import time
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness
 from milegpo.credit import CREDIT_METHODS, StepBatch, build_task_graph, compute_credit
-
-RESULTS = Path(__file__).resolve().parent / "results" / "credit_speed.json"
 
 
 def synthetic_batch(num_tasks: int, group: int = 8, horizon: int = 50, rooms: int = 10, seed: int = 0) -> StepBatch:
@@ -62,19 +57,13 @@ def synthetic_batch(num_tasks: int, group: int = 8, horizon: int = 50, rooms: in
 
 
 def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000.0 * float(np.median(times))
+    """Median wall milliseconds of ``repeats`` calls after a warm-up."""
+    return 1000.0 * harness.timed(fn, repeats)[0]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "credit_speed.json")
     parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     rows = []
     for num_tasks in (16, 160):
@@ -94,10 +83,9 @@ def main() -> None:
               + f" | milegpo/graphgpo {entry['milegpo_over_graphgpo']:.2f}x")
     result = {"benchmark": "credit_speed", "repeats": args.repeats, "statistic": "median wall time (ms)",
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-                          "note": "2-core machine shared with other jobs"},
+                          "note": "2-core machine shared with other jobs", "load_1min": harness.load_1min()},
               "results": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    harness.write_json(args.out, result)
     print(f"wrote {args.out}")
 
 

@@ -1,0 +1,1 @@
+"""Integration benchmarks: what the verl hook and agent programs as environments cost."""

@@ -1,0 +1,1 @@
+"""Speed benchmarks: rollouts, envs, the update's scoring passes, the buffer, serving and whole iterations."""
