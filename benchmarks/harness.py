@@ -15,7 +15,6 @@ import gc
 import json
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 #: the committed results the docs include (``--8<-- "benchmarks/results/<name>"``): their names stay stable
 RESULTS = REPO / "benchmarks" / "results"
+#: the run folders the learning studies train into (not committed)
+RUNS = REPO / "benchmarks" / "runs"
 
 
 def parser(doc: str | None, out: Path | None = None, out_help: str | None = None) -> argparse.ArgumentParser:
@@ -62,14 +63,17 @@ class Stopwatch:
         self.cpu_s = time.process_time() - self._cpu
 
 
-def timed(fn: Callable[[], object], repeats: int, warm_up: bool = True) -> tuple[float, float]:
+def timed(fn: Callable[[], object], repeats: int, warm_up: bool = True,
+          before: Callable[[], None] | None = None) -> tuple[float, float]:
     """Median (wall, process CPU) seconds of ``repeats`` calls of ``fn``, after one untimed warm-up call
-    (unless ``warm_up`` is False); garbage is collected before each call, outside the clock."""
+    (unless ``warm_up`` is False); garbage is collected and ``before`` (untimed) runs before each call."""
     if warm_up:
         fn()
     wall, cpu = [], []
     for _ in range(repeats):
         gc.collect()
+        if before is not None:
+            before()
         with Stopwatch() as clock:
             fn()
         wall.append(clock.wall_s)
@@ -105,13 +109,12 @@ def write_text(path: Path, text: str) -> None:
     folder if needed: a run killed mid-write leaves the previous results whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one per process; opened as usual (the umask)
     try:
-        with os.fdopen(handle, "w") as f:
-            f.write(text)
+        temporary.write_text(text)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

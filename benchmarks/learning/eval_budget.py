@@ -14,18 +14,19 @@ variance of the per-task means minus within / C. The script prints, per env, the
 half-width of one point's success rate and the episodes it costs for several (T, C),
 and writes them as JSON.
 
-    python benchmarks/eval_budget.py benchmarks/runs/learning_efficiency_paper_envs \\
+    python -m benchmarks.learning.eval_budget benchmarks/runs/learning_efficiency_paper_envs \\
         --out benchmarks/results/eval_budget.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks import harness
 
 BUDGETS = [(50, 4), (50, 2), (50, 1), (25, 4), (100, 1), (100, 2)]
 
@@ -39,9 +40,9 @@ def variance_parts(per_task: list[float], copies: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("runs", help="a folder of run folders (<env>-<algo>-s<seed>/eval.jsonl)")
-    parser.add_argument("--out", help="write the table as JSON here")
+    parser.add_argument("--out", type=Path, help="write the table as JSON here")
     args = parser.parse_args()
     parts: dict[str, list[tuple[float, float]]] = defaultdict(list)
     copies_of: dict[str, int] = {}
@@ -72,7 +73,7 @@ def main() -> None:
             print(f"  {row['tasks']:>3} tasks x {row['copies']} copies = {row['episodes']:>3} episodes: "
                   f"success +/- {row['ci95_half_width']:.3f}")
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        harness.write_json(args.out, result)
 
 
 if __name__ == "__main__":

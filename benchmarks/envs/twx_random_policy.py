@@ -10,18 +10,16 @@ length of upstream's gold path (without its leading ``look around``; upstream's
 paths are not minimal) and of the shortest win found by breadth-first search over
 state keys (with a budget of expanded states per task).
 
-    python benchmarks/twx_random_policy.py        # writes benchmarks/results/twx_random_policy.json
+    python -m benchmarks.envs.twx_random_policy        # writes benchmarks/results/twx_random_policy.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
 from collections import deque
-from pathlib import Path
 
+from benchmarks import harness
 from milegpo.envs.textworld_express import TextWorldExpressEnv
 
 SETTINGS = {
@@ -88,13 +86,12 @@ def measure(game: str, params: dict, split: str, n_tasks: int, group: int, horiz
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "twx_random_policy.json")
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--horizon", type=int, default=30)
     parser.add_argument("--optimal-tasks", type=int, default=10, help="tasks to search the shortest win for")
     parser.add_argument("--max-expansions", type=int, default=300, help="BFS budget (states expanded) per task")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "twx_random_policy.json")
     args = parser.parse_args()
     rng = random.Random(0)
     results = []
@@ -108,8 +105,7 @@ def main() -> None:
                   f"{row['groups_with_signal']:.2f}  gold {row['gold_length_mean']:.1f} (max {row['gold_length_max']})"
                   f"  shortest {row['shortest_length_mean']} ({row['shortest_found']})"
                   f"  commands {row['admissible_commands_mean']:.1f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"results": results}, indent=2) + "\n")
+    harness.write_json(args.out, {"results": results})
     print(f"wrote {args.out}")
 
 

@@ -15,29 +15,24 @@ trainer or milegpo were imported:
 - ``hook by import path``: the same hook registered as
   ``milegpo.integrations.verl.hook.setup_worker`` (its import brings milegpo's package in).
 
-    python benchmarks/verl_setup_hook.py   # writes benchmarks/results/verl_setup_hook.{json,md}
+    python -m benchmarks.integrations.verl_setup_hook   # writes benchmarks/results/verl_setup_hook.{json,md}
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import os
 import platform
 import statistics
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import ray
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
+from benchmarks import harness
 from milegpo.integrations.verl.hook import HOOK
 from milegpo.integrations.verl.main_ppo import runtime_env_with_hook
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def eager_hook() -> None:
@@ -67,17 +62,17 @@ def measure(runtime_env: dict[str, Any], actors: int) -> dict[str, Any]:
     times, reports = [], []
     try:
         for _ in range(actors):
-            start = time.perf_counter()
-            probe = Probe.remote()  # type: ignore[attr-defined]
-            reports.append(ray.get(probe.report.remote(), timeout=600))
-            times.append(time.perf_counter() - start)
+            with harness.Stopwatch() as clock:
+                probe = Probe.remote()  # type: ignore[attr-defined]
+                reports.append(ray.get(probe.report.remote(), timeout=600))
+            times.append(clock.wall_s)
             ray.kill(probe)
     finally:
         ray.shutdown()
     return {"start_s": times, "median_start_s": statistics.median(times),
             "median_rss_mib": statistics.median(r["rss_mib"] for r in reports),
             "imports_verl_trainer": any(r["verl_trainer"] for r in reports),
-            "imports_milegpo": any(r["milegpo"] for r in reports)}
+            "imports_milegpo": any(r["milegpo"] for r in reports), "load_1min": harness.load_1min()}
 
 
 def markdown(results: dict[str, dict[str, Any]], actors: int) -> str:
@@ -97,7 +92,8 @@ def markdown(results: dict[str, dict[str, Any]], actors: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "verl_setup_hook",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--actors", type=int, default=5)
     args = parser.parse_args()
     verl_env = dict(get_ppo_ray_runtime_env())
@@ -109,9 +105,7 @@ def main() -> None:
     }
     # deep copies: ray.init writes a callable hook's key into the env_vars dict it is given
     results = {name: measure(copy.deepcopy(env), args.actors) for name, env in envs.items()}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "verl_setup_hook.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "verl_setup_hook.md").write_text(markdown(results, args.actors))
+    harness.write_results(args.out, results, markdown(results, args.actors))
     print(markdown(results, args.actors))
 
 

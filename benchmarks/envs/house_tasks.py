@@ -1,6 +1,6 @@
 """Task statistics of milegpo/House-v0 per split: optimal path lengths and random-policy success.
 
-    python benchmarks/house_tasks.py [--episodes 20]
+    python -m benchmarks.envs.house_tasks [--episodes 20]
 
 For every task of each split: the optimal (BFS) solution length, and the
 success rate of a uniformly random admissible-command policy over
@@ -11,16 +11,12 @@ episodes fall into the heavy-door trap or the pit. Writes
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness
 from milegpo.envs.house import SPLITS, HouseEnv, generate_layout, solve
-
-RESULTS = Path(__file__).resolve().parent / "results" / "house_tasks.json"
 
 
 def split_stats(split: str, episodes: int, seed: int = 0) -> dict:
@@ -60,9 +56,8 @@ def split_stats(split: str, episodes: int, seed: int = 0) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "house_tasks.json")
     parser.add_argument("--episodes", type=int, default=20, help="random episodes per task")
-    parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     results = {"episodes_per_task": args.episodes, "horizon": HouseEnv().max_episode_steps,
                "splits": {split: split_stats(split, args.episodes) for split in SPLITS}}
@@ -73,9 +68,8 @@ def main() -> None:
         print(f"{split:<9} {row['num_tasks']:>5} {row['random_success_rate']:>14.3f} "
               f"{row['tasks_with_random_success']:>16.2f} {row['optimal_length_mean']:>12.1f} {quart:>18} "
               f"{row['random_episodes_trapped']:>7.2f} {row['random_episodes_in_pit']:>5.2f}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    harness.write_json(args.out, results)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

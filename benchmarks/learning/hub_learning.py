@@ -15,22 +15,18 @@ Outputs in ``benchmarks/results/``: ``hub_learning.runs.jsonl`` (a line per fini
 as runs finish), ``hub_learning.json``, ``hub_learning.md`` and ``hub_learning.png`` (held-out
 success against env steps).
 
-    python benchmarks/hub_learning.py                          # 2 methods x 2 seeds, about 12 min on one core
-    python benchmarks/hub_learning.py --seeds 0 --steps 4000   # a quick look
+    python -m benchmarks.learning.hub_learning                          # 2 methods x 2 seeds, about 12 min on one core
+    python -m benchmarks.learning.hub_learning --seeds 0 --steps 4000   # a quick look
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-
-import learning_efficiency as le  # noqa: E402  (the shared runner, report and plot)
+from benchmarks import harness
+from benchmarks import learning_efficiency as le  # the shared runner, report and plot
 
 #: the benchmark's envs: settings (dotted TrainConfig names) on top of the shared ones
 ENVS = {
@@ -56,18 +52,18 @@ SETTINGS = {"eval.n_tasks": 25, "eval.copies": 4, "policy.prompt_template": "{ob
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "hub_learning",
+                            "OUT: the results' path without its suffix (OUT.runs.jsonl, OUT.json, OUT.md, OUT.png)")
     parser.add_argument("--env", default="ta-frozenlake", choices=list(ENVS))
     parser.add_argument("--algos", nargs="+", default=["milegpo", "grpo"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--steps", type=int, default=24000, help="env steps per run")
-    parser.add_argument("--out", default=str(ROOT / "results" / "hub_learning"))
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON", help="override shared settings")
     args = parser.parse_args()
     le.ENVS.update(ENVS)
-    shared = {**json.loads((ROOT / "learning_efficiency.json").read_text()), **SETTINGS}
+    shared = {**json.loads(Path(le.__file__).with_suffix(".json").read_text()), **SETTINGS}
     shared.update({key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)})
-    out = Path(args.out)
+    out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     runs_file = out.with_suffix(".runs.jsonl")
     done = {(r["algo"], r["seed"]) for r in le.read_runs(runs_file)}
@@ -77,7 +73,7 @@ def main() -> None:
             if (algo, seed) in done:
                 continue
             config = {**le.run_values(algo, args.env, seed, shared), "run.total_timesteps": args.steps}
-            run_dir = ROOT / "runs" / out.name / f"{algo}-s{seed}"
+            run_dir = harness.RUNS / out.name / f"{algo}-s{seed}"
             result = le.run_one({"env": args.env, "name": algo, "config": config, "run_dir": str(run_dir)})
             with runs_file.open("a") as f:  # incremental: a killed benchmark resumes from here
                 f.write(json.dumps(result) + "\n")

@@ -19,29 +19,24 @@ same env, recipe and seed, what a larger learner would cost and where it would s
 Figures depend on the machine's load: the units are measured back to back in one process,
 so their ratios between models hold.
 
-    python benchmarks/warm_start_models.py --out benchmarks/results/warm_start_models
+    python -m benchmarks.learning.warm_start_models --out benchmarks/results/warm_start_models
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import random
 import tempfile
-import time
 from pathlib import Path
 
-import learning_efficiency
 import torch
 
+from benchmarks import harness, learning_efficiency
 from milegpo import TrainConfig
 from milegpo.algos.warm_start import behaviour_clone, collect_demonstrations, nll_backward
 from milegpo.config import WarmStartConfig
 from milegpo.envs import make_env
 from milegpo.run.train import evaluate_model
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 #: name -> settings (dotted names) of the learner (the first is the benchmarks' own).
 MODELS: dict[str, dict] = {
@@ -89,13 +84,13 @@ def time_units(policy, states: list[tuple[str, dict, list]], samples: list,
     minibatch's forward and backward in micro-batches, as the warm start and the update run)."""
     observations, infos, histories = (list(column) for column in zip(*states))
     policy.act(observations[:2], infos[:2], histories[:2])  # warm-up
-    started = time.perf_counter()
-    policy.act(observations, infos, histories)
-    decision = (time.perf_counter() - started) / len(states)
+    with harness.Stopwatch() as acting:
+        policy.act(observations, infos, histories)
+    decision = acting.wall_s / len(states)
     policy.set_training_mode(True)
-    started = time.perf_counter()
-    nll_backward(policy, samples, micro_batch_tokens)
-    train = (time.perf_counter() - started) / len(samples)
+    with harness.Stopwatch() as training:
+        nll_backward(policy, samples, micro_batch_tokens)
+    train = training.wall_s / len(samples)
     policy.set_training_mode(False)
     policy.optimizer.zero_grad(set_to_none=True)
     return {"decision_ms": 1e3 * decision, "train_ms": 1e3 * train}
@@ -127,10 +122,10 @@ def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_
                  "parameters": sum(p.numel() for p in policy.model.parameters()),
                  "trainable_parameters": sum(p.numel() for p in policy.trainable_parameters())}
     if zero_shot:  # one episode per task: a 135M model's full evaluation takes too long on a CPU
-        started = time.perf_counter()
-        result = evaluate_model(model, config.replace(**{"eval.copies": 1}), splits=["eval_id"])["eval_id"]
+        with harness.Stopwatch() as evaluating:
+            result = evaluate_model(model, config.replace(**{"eval.copies": 1}), splits=["eval_id"])["eval_id"]
         row["zero_shot"], row["zero_shot_episodes"] = result["success_rate"], result["n_tasks"]
-        row["zero_shot_eval_s"] = time.perf_counter() - started
+        row["zero_shot_eval_s"] = evaluating.wall_s
     warm = config.run.warm_start
     assert warm is not None
     demo_env = make_env(config.env.id, **{**config.env.kwargs_for(config.env.train_split), **warm.env_kwargs})
@@ -143,10 +138,10 @@ def measure(name: str, fields: dict, env_name: str, seed: int, states: int, max_
     row["estimate_s"] = estimate_run_seconds(config, row["units"], len(samples), demonstrator["mean_length"])
     row["demonstration_steps"] = len(samples)
     if row["estimate_s"]["warm_start"] <= max_fit_s:
-        started = time.perf_counter()
-        behaviour_clone(policy, samples, warm.epochs, warm.learning_rate, warm.batch_size, seed,
-                        config.algo.micro_batch_tokens)
-        row["fit_s"] = time.perf_counter() - started
+        with harness.Stopwatch() as fitting:
+            behaviour_clone(policy, samples, warm.epochs, warm.learning_rate, warm.batch_size, seed,
+                            config.algo.micro_batch_tokens)
+        row["fit_s"] = fitting.wall_s
         row["start"] = evaluate_model(model, config, splits=["eval_id"])["eval_id"]["success_rate"]
     return row
 
@@ -165,11 +160,12 @@ def write_table(report: dict, path: Path) -> None:
                      f"| {units['decision_ms']:.1f} | {units['train_ms']:.1f} | {estimate['total'] / 60:.0f} min "
                      f"(warm start {estimate['warm_start'] / 60:.0f}) | {start} | {before} | {row['load']:.1f} |")
     lines.append("")
-    path.write_text("\n".join(lines))
+    harness.write_text(path, "\n".join(lines))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "warm_start_models",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--env", default="alfworld", choices=list(learning_efficiency.WARM_STARTS))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--seed", type=int, default=0)
@@ -179,21 +175,20 @@ def main() -> None:
     parser.add_argument("--zero-shot", nargs="*", default=["SmolLM2-135M"], choices=list(MODELS),
                         help="models whose held-out success before any warm start is measured")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(RESULTS / "warm_start_models"))
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     report = {"env": args.env, "seed": args.seed, "threads": args.threads, "rows": []}
-    out = Path(args.out)
+    out = args.out
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            started = time.perf_counter()
-            row = measure(name, MODELS[name], args.env, args.seed, args.states, args.max_fit_s,
-                          name in args.zero_shot, Path(tmp))
-            row["wall_s"], row["load"] = time.perf_counter() - started, os.getloadavg()[0]
+            with harness.Stopwatch() as clock:
+                row = measure(name, MODELS[name], args.env, args.seed, args.states, args.max_fit_s,
+                              name in args.zero_shot, Path(tmp))
+            row["wall_s"], row["load"] = clock.wall_s, harness.load_1min()
             report["rows"].append(row)
             print(json.dumps(row), flush=True)
-            out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+            harness.write_json(out.with_suffix(".json"), report)
             write_table(report, out.with_suffix(".md"))
     print(out.with_suffix(".md").read_text())
 

@@ -19,9 +19,9 @@ in about a quarter of the episodes.
 Outputs in ``benchmarks/results/``: ``agent_rollouts_throughput.{json,md}``,
 ``agent_rollouts_learning.{json,md,png}``.
 
-    python benchmarks/agent_rollouts.py throughput
-    python benchmarks/agent_rollouts.py throughput --tool-latency 0.05 [--worker]
-    python benchmarks/agent_rollouts.py learning --seeds 0 1 --steps 3000
+    python -m benchmarks.integrations.agent_rollouts throughput
+    python -m benchmarks.integrations.agent_rollouts throughput --tool-latency 0.05 [--worker]
+    python -m benchmarks.integrations.agent_rollouts learning --seeds 0 1 --steps 3000
 """
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent
-RESULTS = ROOT / "results"
-sys.path.insert(0, str(ROOT.parent / "examples"))
+from benchmarks import harness
+
+sys.path.insert(0, str(harness.REPO / "examples"))
 
 import agent_openai_tools as house  # noqa: E402  (the example's agent and house)
 
@@ -102,11 +101,11 @@ def throughput(args: argparse.Namespace) -> None:
                     steps += len(step.active)
                     policy_seconds += step.policy_seconds
 
-                started = time.perf_counter()
-                obs = env.reset()
-                play_episodes(policy, env, obs, list(env.reset_infos), deterministic=False, on_step=count,
-                              stream_seed=repeat)
-                wall = time.perf_counter() - started
+                with harness.Stopwatch() as clock:
+                    obs = env.reset()
+                    play_episodes(policy, env, obs, list(env.reset_infos), deterministic=False, on_step=count,
+                                  stream_seed=repeat)
+                wall = clock.wall_s
                 if repeat:
                     rows.append({"in_flight": n, "repeat": repeat, "steps": steps, "wall_s": wall,
                                  "policy_s": policy_seconds, "steps_per_s": steps / wall,
@@ -116,8 +115,8 @@ def throughput(args: argparse.Namespace) -> None:
             env.close()
     suffix = f"_tool{args.tool_latency:g}s" if args.tool_latency else ""
     suffix += "_worker" if args.worker else ""
-    write(f"agent_rollouts_throughput{suffix}", {"rows": rows, "settings": vars(args), "machine": machine()},
-          throughput_table(rows, args))
+    write(args.out / f"agent_rollouts_throughput{suffix}",
+          {"rows": rows, "settings": settings(args), "machine": machine()}, throughput_table(rows, args))
 
 
 def throughput_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -155,24 +154,24 @@ def learning(args: argparse.Namespace) -> None:
             self.points.append((int(self.model.num_timesteps), float(log["rollout/success_rate"])))
 
     runs = []
-    log_path = RESULTS / "agent_rollouts_learning.runs.jsonl"
+    log_path = args.out / "agent_rollouts_learning.runs.jsonl"
     for seed in args.seeds:
         for name, algo in (("MileGPO", MileGPO), ("GRPO", GRPO)):
             env = make_vec_env(house.HouseAgentEnv, n_tasks=4, group_size=8, seed=seed)
             model = algo("LLMPolicy", env, policy_kwargs=POLICY, learning_rate=args.learning_rate, seed=seed,
                          verbose=0)
             curve = Curve()
-            started = time.perf_counter()
-            model.learn(total_timesteps=args.steps, callback=curve)
-            run = {"method": name, "seed": seed, "curve": curve.points, "seconds": time.perf_counter() - started}
+            with harness.Stopwatch() as clock:
+                model.learn(total_timesteps=args.steps, callback=curve)
+            run = {"method": name, "seed": seed, "curve": curve.points, "seconds": clock.wall_s}
             runs.append(run)
             with log_path.open("a") as f:
                 f.write(json.dumps(run) + "\n")
             print(f"{name} seed {seed}: success {first_last(curve.points)} in {run['seconds']:.0f} s", flush=True)
             env.close()
-    write("agent_rollouts_learning", {"runs": runs, "settings": vars(args), "machine": machine()},
+    write(args.out / "agent_rollouts_learning", {"runs": runs, "settings": settings(args), "machine": machine()},
           learning_table(runs))
-    plot(runs, RESULTS / "agent_rollouts_learning.png")
+    plot(runs, args.out / "agent_rollouts_learning.png")
 
 
 def first_last(points: list[tuple[int, float]], k: int = 3) -> str:
@@ -215,18 +214,22 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 
 
 def machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_1min": os.getloadavg()[0]}
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_1min": harness.load_1min()}
 
 
-def write(name: str, data: dict[str, Any], table: str) -> None:
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1))
-    (RESULTS / f"{name}.md").write_text(table)
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's arguments as the results record them (the output folder aside)."""
+    return {key: value for key, value in vars(args).items() if key != "out"}
+
+
+def write(out: Path, data: dict[str, Any], table: str) -> None:
+    """``out``.json and ``out``.md (the table, printed too)."""
+    harness.write_results(out, data, table, indent=1)
     print(table)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS, "the folder the results go to")
     commands = parser.add_subparsers(dest="command", required=True)
     speed = commands.add_parser("throughput", help="env steps/s with N episodes in flight")
     speed.add_argument("--in-flight", type=int, nargs="+", default=[1, 8, 32, 64])
