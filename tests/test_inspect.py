@@ -335,4 +335,5 @@ def test_an_old_run_whose_config_cannot_give_its_credit_settings_is_one_clear_er
     assert main(["inspect", str(run)]) == 2
     said = capsys.readouterr().err.strip()
     assert said.startswith("error: cannot rebuild iteration 5's credit config from the run's config.json (its algo "
-                           "section: MileGPOConfig has no field(s) ['no_such_setting']") and "\n" not in said
+                           "section: algo.credit_kwargs: MileGPOConfig has no field(s) ['no_such_setting']")
+    assert "\n" not in said

@@ -106,7 +106,10 @@ class AlgoConfig:
         if self.credit_preset is not None:
             check_choice("algo.credit_preset", self.credit_preset, CREDIT_PRESETS)
         check_type("algo.credit_kwargs", self.credit_kwargs, dict, "a mapping")
-        self.credit_config()  # unknown or bad credit fields are refused here, not at the first update
+        try:  # unknown or bad credit fields are refused here, not at the first update
+            self.credit_config()
+        except ValueError as error:  # the config's message names the field; this names where it was set
+            raise ValueError(f"algo.credit_kwargs: {error}") from None
 
     @property
     def samples_per_env(self) -> bool:

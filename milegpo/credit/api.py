@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from milegpo.credit.base import CreditConfig
+from milegpo.credit.base import CreditConfig, as_number
 from milegpo.credit.batch import CreditResult, StepBatch
 from milegpo.credit.g2po import G2POConfig, g2po
 from milegpo.credit.gagpo import GAGPOConfig, gagpo
@@ -44,15 +45,49 @@ def make_credit_config(method: str, **overrides: Any) -> CreditConfig:
     """The config of ``method`` with ``overrides`` applied.
 
     For ``"milegpo"`` the key ``preset`` (``"alfworld"`` / ``"webshop"``) starts from
-    that env's setting. An unknown key raises ``ValueError`` naming the valid fields.
+    that env's setting. An unknown key raises ``ValueError`` naming the valid fields, and so does a value
+    not of its field's type (:func:`typed_overrides`).
     """
     _, config_cls = _lookup(method)
     preset = overrides.pop("preset", None)
+    overrides = typed_overrides(config_cls, overrides)
     if preset is not None:
         if config_cls is not MileGPOConfig:
             raise ValueError(f"presets exist for 'milegpo' only, not {method!r}")
         return MileGPOConfig.preset(preset, **overrides)
     return config_cls.from_dict(overrides)
+
+
+def typed_overrides(config_cls: type[CreditConfig], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` of ``config_cls``'s fields, each value checked against its field's type and given as it:
+    a number field takes a number or text naming one (``"inf"``, as a command line or a strict-JSON
+    ``config.json`` gives it; :func:`~milegpo.credit.base.as_number`), an integer field an integer, a flag
+    true or false, a text field text, and an optional field null too. Anything else (``omega="abc"``, a list,
+    ``rcs=1``) raises ``ValueError`` in one line naming the field, the value and what it takes, where the
+    config's own checks would fail with a ``TypeError`` or take it as something else (a non-empty text is a
+    true flag). Unknown fields are left to :meth:`CreditConfig.from_dict`, which names the valid ones."""
+    hints = typing.get_type_hints(config_cls)
+    return {name: _as_field_type(name, value, hints[name]) if name in hints else value
+            for name, value in overrides.items()}
+
+
+def _as_field_type(name: str, value: Any, annotation: Any) -> Any:
+    """``value`` as the type ``annotation`` names (``X`` or ``X | None``); ``ValueError`` if it is not one."""
+    kinds = [kind for kind in typing.get_args(annotation) or (annotation,) if kind is not type(None)]
+    optional = len(kinds) < len(typing.get_args(annotation))
+    if optional and value is None:
+        return None
+    kind, null = kinds[0], " or null" if optional else ""
+    if kind is float:
+        return as_number(name, value, f"a number{null}")
+    if kind is bool and isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if kind is int and isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if kind is str and isinstance(value, str):
+        return value
+    expected = {bool: "true or false", int: "an integer", str: "text"}[kind]
+    raise ValueError(f"{name} must be {expected}{null}, got {value!r}")
 
 
 def compute_credit(method: str, batch: StepBatch,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -49,6 +50,19 @@ class CreditConfig:
         if unknown:
             raise ValueError(f"{cls.__name__} has no field(s) {unknown}; valid fields: {list(cls.field_names())}")
         return cls(**overrides)
+
+
+def as_number(name: str, value: Any, expected: str) -> float:
+    """``value`` as a float: a number, or text naming one (``"inf"`` from a command line, or a non-finite
+    setting as a run's strict-JSON ``config.json`` writes it); ``ValueError`` in one line naming ``name``,
+    the value and ``expected`` for NaN, a bool and anything else (a comparison would fail or mislead later)."""
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if math.isnan(number):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return number
 
 
 def _check_range(name: str, value: float, low: float | None = None, high: float | None = None) -> None:

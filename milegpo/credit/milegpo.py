@@ -100,7 +100,7 @@ from typing import Any
 
 import numpy as np
 
-from milegpo.credit.base import check_nonnegative, check_unit, common_diagnostics, step_group_diagnostics
+from milegpo.credit.base import as_number, check_nonnegative, check_unit, common_diagnostics, step_group_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
 from milegpo.credit.diagnostics import describe_state, tie_statistics
 from milegpo.credit.graph import TaskGraph, build_task_graph
@@ -195,7 +195,8 @@ class MileGPOConfig(GraphGPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         # frozen: the half-life is stored as the float it names (a setting's "inf" is text)
-        object.__setattr__(self, "memory_half_life", _half_life(self.memory_half_life))
+        object.__setattr__(self, "memory_half_life", as_number(
+            "memory_half_life", self.memory_half_life, "a number of iterations >= 0 (0: off, inf: never forget)"))
         check_unit(self, ("omega",))
         check_nonnegative(self, ("gamma_phi", "lam", "w_plus", "w_minus", "w_s", "w_m", "w_c", "w_f", "w_l",
                                  "alpha_d", "alpha_s", "alpha_f", "w_bc", "w_pg", "w_pcc", "theta_m", "rho",
@@ -215,19 +216,6 @@ class MileGPOConfig(GraphGPOConfig):
     def with_ablation(self, **flags: Any) -> MileGPOConfig:
         """A copy with some fields changed, e.g. ``cfg.with_ablation(traps=False)``."""
         return dataclasses.replace(self, **flags)
-
-
-def _half_life(value: Any) -> float:
-    """``memory_half_life`` as a float: a number, or text naming one (``"inf"`` from a command line or a
-    checkpoint's strict JSON); ``ValueError`` in one line for NaN and anything else."""
-    try:
-        half_life = math.nan if isinstance(value, bool) else float(value)
-    except (TypeError, ValueError):
-        half_life = math.nan
-    if math.isnan(half_life):
-        raise ValueError(f"memory_half_life must be a number of iterations >= 0 (0: off, inf: never forget), got "
-                         f"{value!r}")
-    return half_life
 
 
 @dataclass
