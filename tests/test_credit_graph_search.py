@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from milegpo.credit import StepBatch, build_task_graph
-from milegpo.credit.graph import _distance_to_goal, segment_starts
+from milegpo.credit.graph import segment_starts
+from milegpo.credit.task_graph import _distance_to_goal
 
 
 def relaxed_distance(edge_src, edge_dst, is_goal, node_task, num_tasks):
