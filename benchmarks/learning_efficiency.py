@@ -261,9 +261,14 @@ def run_metrics(run: dict) -> dict[str, float]:
     return out
 
 
+#: Each opt-in variant is compared with these methods (the variant minus each, paired by seed).
+VARIANT_BASELINES = ("milegpo", "graphgpo")
+
+
 def summarize(runs: list[dict]) -> dict:
-    """Per env: mean ± std of every metric per algorithm, and MileGPO minus each other
-    algorithm as paired (same seed) differences with 95% CIs, over the seeds all have."""
+    """Per env: mean ± std of every metric per algorithm; MileGPO minus each other algorithm, and each
+    opt-in variant minus :data:`VARIANT_BASELINES`, as paired (same seed) differences with 95% CIs over
+    the seeds both have; and the milestone memory's diagnostics over the runs that logged them."""
     table: dict = {}
     for env in sorted({r["env"] for r in runs}):
         by_algo = {algo: {r["seed"]: run_metrics(r) for r in runs if r["env"] == env and r["algo"] == algo}
@@ -274,19 +279,43 @@ def summarize(runs: list[dict]) -> dict:
             metrics = next(iter(seeds.values())).keys()
             rows[algo] = {"n_seeds": len(seeds),
                           **{m: _mean_std([seeds[s][m] for s in sorted(seeds)]) for m in metrics}}
-        paired = {}
-        if "milegpo" in by_algo:
-            for algo, seeds in by_algo.items():
-                if algo == "milegpo":
-                    continue
-                common = sorted(set(seeds) & set(by_algo["milegpo"]))
-                if len(common) < 2:
-                    continue
-                metrics = next(iter(seeds.values())).keys()
-                paired[algo] = {m: paired_difference([by_algo["milegpo"][s][m] for s in common],
-                                                     [seeds[s][m] for s in common]) for m in metrics}
-        table[env] = {"algorithms": rows, "milegpo_minus": paired}
+        milegpo_minus = {algo: _paired(by_algo["milegpo"], seeds) for algo, seeds in by_algo.items()
+                         if "milegpo" in by_algo and algo != "milegpo"}
+        variant_minus = {name: {base: _paired(by_algo[name], by_algo[base]) for base in VARIANT_BASELINES
+                                if base in by_algo} for name in VARIANTS if name in by_algo}
+        memory = {algo: _memory_summary([r["memory"] for r in runs
+                                         if r["env"] == env and r["algo"] == algo and r.get("memory")])
+                  for algo in by_algo}
+        table[env] = {"algorithms": rows, "milegpo_minus": {a: d for a, d in milegpo_minus.items() if d},
+                      "variant_minus": {name: {b: d for b, d in diffs.items() if d}
+                                        for name, diffs in variant_minus.items() if any(diffs.values())},
+                      "memory": {algo: stats for algo, stats in memory.items() if stats}}
     return table
+
+
+def _paired(runs: dict[int, dict], baseline: dict[int, dict]) -> dict:
+    """Every metric of ``runs`` minus ``baseline`` (both by seed) as :func:`paired_difference` over the
+    seeds both have; empty under 2 common seeds (no interval)."""
+    common = sorted(set(runs) & set(baseline))
+    if len(common) < 2:
+        return {}
+    return {m: paired_difference([runs[s][m] for s in common], [baseline[s][m] for s in common])
+            for m in runs[common[0]]}
+
+
+def _memory_summary(stats: list[dict]) -> dict:
+    """Mean, least and most over runs of each memory diagnostic (:func:`_memory_stats`); empty for none."""
+    keys = sorted({key for run in stats for key in run})
+    return {key: {"mean": float(np.mean(values)), "min": float(np.min(values)), "max": float(np.max(values)),
+                  "n": len(values)}
+            for key in keys if (values := [run[key] for run in stats if key in run])}
+
+
+def verdict(diff: dict) -> str:
+    """``ahead`` where a paired difference's 95% interval is above 0, ``behind`` where it is below, else
+    ``level`` (the counting of "Why MileGPO")."""
+    low, high = diff["ci95"]
+    return "ahead" if low > 0 else "behind" if high < 0 else "level"
 
 
 def _mean_std(values: list[float]) -> dict:
@@ -310,8 +339,47 @@ def write_table(table: dict, path: Path) -> None:
                 cells = [f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['wins']}/{d['losses']})"
                          for d in (diffs[m] for m in metrics)]
                 lines.append(f"| {LABELS[algo]} (n={diffs[metrics[0]]['n']}) | " + " | ".join(cells) + " |")
+        for name, against in entry.get("variant_minus", {}).items():
+            lines += _variant_lines(name, against, metrics)
+        for algo, stats in entry.get("memory", {}).items():
+            lines += ["", _memory_line(algo, stats)]
         lines.append("")
     path.write_text("\n".join(lines))
+
+
+def _variant_lines(name: str, against: dict, metrics: list[str]) -> list[str]:
+    """The table of the variant ``name`` minus each baseline (a verdict per cell) and its count."""
+    lines = ["", f"| {LABELS[name]} − | " + " | ".join(f"Δ {m} [95% CI] (wins/losses)" for m in metrics) + " |",
+             "|---|" + "---|" * len(metrics)]
+    counts = {"ahead": 0, "level": 0, "behind": 0}
+    for base, diffs in against.items():
+        cells = []
+        for d in (diffs[m] for m in metrics):
+            counts[verdict(d)] += 1
+            cells.append(f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['wins']}/{d['losses']}) "
+                         f"{verdict(d)}")
+        lines.append(f"| {LABELS[base]} (n={diffs[metrics[0]]['n']}) | " + " | ".join(cells) + " |")
+    lines += ["", f"{LABELS[name]} against {' and '.join(LABELS[b] for b in against)}: ahead in {counts['ahead']}, "
+                  f"level in {counts['level']}, behind in {counts['behind']} of {sum(counts.values())} "
+                  "(ahead/behind: the 95% interval above/below 0)."]
+    return lines
+
+
+def _memory_line(algo: str, stats: dict) -> str:
+    """One sentence of the memory's diagnostics over ``algo``'s runs: mean [least, most] over seeds."""
+    def said(key: str, scale: float = 1.0, form: str = ".3f") -> str:
+        s = stats[key]
+        return f"{s['mean'] * scale:{form}} [{s['min'] * scale:{form}}, {s['max'] * scale:{form}}]"
+
+    parts = [f"task recurrence rate over the run {said('memory_recurrence_rate')}",
+             f"share of a batch's tasks the memory held {said('memory_recurring_frac')}",
+             f"share of the evidence from memory {said('memory_evidence_share')}"]
+    if "memory_tasks" in stats:
+        parts.append(f"most tasks held {said('memory_tasks', form='.0f')}")
+    if "memory_bytes" in stats:
+        parts.append(f"most bytes held (MB) {said('memory_bytes', 1e-6, '.2f')}")
+    n = stats["memory_recurrence_rate"]["n"]
+    return f"{LABELS[algo]}, the memory as the runs saw it (mean [least, most] over {n} seeds): {'; '.join(parts)}."
 
 
 def plot(runs: list[dict], path: Path) -> None:
