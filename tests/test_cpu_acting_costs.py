@@ -9,7 +9,8 @@ import torch as th
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from milegpo.config import LoraConfig
-from milegpo.policies import PromptBuilder, scoring, tiny_model
+from milegpo.policies import PromptBuilder, tiny_model
+from milegpo.policies import candidate_scoring as scoring
 from milegpo.policies.model import load_lora_model, merged_forwards
 from milegpo.policies.prompt_tokens import (
     CandidateTokens,

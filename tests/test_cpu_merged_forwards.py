@@ -17,9 +17,9 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from milegpo.config import LoraConfig
 from milegpo.envs.core import TextSpace
 from milegpo.policies import LLMPolicy, tiny_model
+from milegpo.policies.candidate_scoring import candidate_scores
 from milegpo.policies.lean_forward import LeanCache, LeanCausalLM, lean_supported
 from milegpo.policies.model import acting_model, forward_model, load_lora_model, merged_forwards
-from milegpo.policies.scoring import candidate_scores
 
 TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
 

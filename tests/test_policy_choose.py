@@ -127,7 +127,7 @@ def test_chunked_scoring_equals_one_batch(tiny_dir):
 
 def test_identical_prompts_are_scored_once_and_count_once_each(tiny_dir, monkeypatch):
     """The copies of a group at the same state share one scoring pass; each still counts in the loss."""
-    import milegpo.policies.scoring as scoring
+    import milegpo.policies.candidate_scoring as scoring
 
     policy = make_policy(tiny_dir, temperature=2.0)
     observations = ["You are in the kitchen", "You are in the kitchen .", "You are in the kitchen"]

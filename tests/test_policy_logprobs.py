@@ -7,14 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from milegpo.policies import completion_logprobs, tiny_model
-from milegpo.policies.scoring import (
-    candidate_logprobs,
-    packed_candidate_logprobs,
-    right_padded_logprobs,
-    score_rows,
-    supports_packed_candidates,
-    supports_right_padded_rows,
-)
+from milegpo.policies.candidate_scoring import candidate_logprobs, packed_candidate_logprobs, supports_packed_candidates
+from milegpo.policies.scoring import right_padded_logprobs, score_rows, supports_right_padded_rows
 
 TEXTS = ["you are in the hall . you see a red box and a door to the kitchen", "go to kitchen", "open red box"]
 

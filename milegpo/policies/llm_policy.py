@@ -38,6 +38,7 @@ from gymnasium import spaces
 from milegpo.config import PolicyConfig
 from milegpo.config.fields import to_dict, with_overrides
 from milegpo.policies.adapter_files import AdapterFilesMixin
+from milegpo.policies.candidate_scoring import candidate_scores
 from milegpo.policies.conversation import single_pass_logprobs
 from milegpo.policies.model import load_lora_model, merged_forwards
 from milegpo.policies.optim import resolve_optimizer_class
@@ -46,7 +47,7 @@ from milegpo.policies.prompt_tokens import CandidateTokens, KeptPromptBuilder
 from milegpo.policies.prompts import INSTRUCTIONS, ChatPromptBuilder
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.sampling import HFSampler, Sampler, choose_candidates, chosen_log_probs
-from milegpo.policies.scoring import candidate_scores, score_rows, supports_right_padded_rows
+from milegpo.policies.scoring import score_rows, supports_right_padded_rows
 
 
 class LLMPolicy(AdapterFilesMixin):
@@ -192,7 +193,7 @@ class LLMPolicy(AdapterFilesMixin):
 
     def _scores(self, prompts: Sequence[Sequence[int]],
                 candidates: Sequence[Sequence[Sequence[int]]]) -> list[th.Tensor]:
-        """Each prompt's candidate scores (:func:`~milegpo.policies.scoring.candidate_scores`)."""
+        """Each prompt's candidate scores (:func:`~milegpo.policies.candidate_scoring.candidate_scores`)."""
         return candidate_scores(self.model, prompts, candidates, self.pad_id, self.batch_tokens,
                                  self.config.candidate_score)
 
