@@ -23,6 +23,9 @@ Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
         --out benchmarks/results/learning_efficiency_warm_start        # from a policy with priors
     python benchmarks/learning_efficiency.py --envs alfworld --algos milegpo_success_only --seeds 0 1 2 3 4 \
         --warm-start --out benchmarks/results/learning_efficiency_warm_start   # an opt-in variant (VARIANTS)
+    python benchmarks/learning_efficiency.py --envs alfworld webshop --algos milegpo_memory --seeds 0 1 2 3 4 \
+        --workers 1 --out benchmarks/results/learning_efficiency_paper_envs   # the milestone memory, paired
+                                     # with the MileGPO and GraphGPO runs there (its table: variant minus both)
     python benchmarks/learning_efficiency.py --envs house coin --steps 24000   # the House/coin table
     python benchmarks/learning_efficiency.py --seeds 0 --steps 4000 --envs house   # a quick look
     python benchmarks/learning_efficiency.py --envs alfworld --algos milegpo graphgpo --warm-start \
