@@ -1,7 +1,7 @@
 """GRPO, GiGPO, GraphGPO and MileGPO side by side: same env, model, budget and seed.
 
 The four algorithms share the rollouts, the buffer, the update and the logging and
-differ only by their credit function, so one :class:`~milegpo.run.config.TrainConfig` with
+differ only by their credit function, so one :class:`~milegpo.config.run.TrainConfig` with
 another ``algo.method`` is a fair comparison. The base model is built (or named) once and
 every run starts from it; every run draws the same tasks (same seed). Each run is a
 normal run folder under ``--out`` (logs, plots, checkpoints). The shared setting is
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from milegpo import TrainConfig, train
-from milegpo.run.config import DEMO_PRESET, PRESETS, resolve_config
+from milegpo.config.run import DEMO_PRESET, PRESETS, resolve_config
 from milegpo.run.plots import METHOD_LABELS, read_progress
 from milegpo.run.train import prepare_model
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from milegpo.config.run import eval_task_seeds
 from milegpo.envs import make_vec_env
-from milegpo.envs.core import HELD_OUT_SPLIT
 from milegpo.envs.hubs import register_hub_env
 from milegpo.envs.vocabulary import env_vocabulary
-from milegpo.run.config import eval_task_seeds
+from milegpo.options import HELD_OUT_SPLIT
 
 ENV_ID = "gem:game:GuessTheNumber-v0-easy"
 ANSWERS = [f"\\boxed{{{n}}}" for n in range(1, 11)]

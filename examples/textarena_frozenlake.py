@@ -8,7 +8,7 @@ mode with ``prompt_format="chat"`` (TextArena reads the ``[down]`` in its whole 
 
 Run: ``python examples/textarena_frozenlake.py`` (``pip install "milegpo[textarena]"``; about 2 min
 on one CPU core; ``--steps`` sets the budget). A random policy reaches the goal in about 2 % of the
-episodes; benchmarks/hub_learning.py measures the learning curve, MileGPO against GRPO.
+episodes; benchmarks/learning/hub_learning.py measures the learning curve, MileGPO against GRPO.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from milegpo.config.run import eval_task_seeds
 from milegpo.envs import make_vec_env
-from milegpo.envs.core import HELD_OUT_SPLIT
 from milegpo.envs.hubs import register_hub_env
 from milegpo.envs.vocabulary import env_vocabulary
-from milegpo.run.config import eval_task_seeds
+from milegpo.options import HELD_OUT_SPLIT
 
 ENV_ID = "textarena:FrozenLake-v0"
 MOVES = ["[up]", "[down]", "[left]", "[right]"]

@@ -1,4 +1,4 @@
-"""MileGPO on WebShop, trained and evaluated with one :class:`~milegpo.run.config.TrainConfig`.
+"""MileGPO on WebShop, trained and evaluated with one :class:`~milegpo.config.run.TrainConfig`.
 
 ``milegpo.run.train.train(config, run_dir)`` is what ``milegpo train`` runs: it builds the
 grouped env, the model (a tiny offline LM when ``--model`` is not given), the
@@ -33,7 +33,7 @@ from typing import Any
 
 from milegpo import TrainConfig, train
 from milegpo.config import AlgoConfig, PolicyConfig
-from milegpo.run.config import EnvConfig, EvalConfig, RunConfig
+from milegpo.config.run import EnvConfig, EvalConfig, RunConfig
 
 
 def make_config(args: argparse.Namespace) -> TrainConfig:

@@ -33,7 +33,7 @@ _LAZY = {
     "PolicyConfig": "milegpo.config",
     "LoraConfig": "milegpo.config",
     "SamplerConfig": "milegpo.config",
-    "TrainConfig": "milegpo.run.config",
+    "TrainConfig": "milegpo.config.run",
     "train": "milegpo.run.train",
     "evaluate_policy": "milegpo.algos.evaluation",
 }

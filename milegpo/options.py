@@ -22,12 +22,30 @@ RATIO_LEVELS = ("token", "action")
 ROLLOUT_MODES = ("lockstep", "async")
 #: per-env MileGPO hyperparameter presets (the paper's values; milegpo.credit.milegpo holds them)
 CREDIT_PRESETS = ("alfworld", "webshop")
+#: the trackers ``run.report_to`` accepts beside progress.csv and stdout, which are always on
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+#: the eval split of an env without splits: the training distribution on seeds training never draws
+HELD_OUT_SPLIT = "held_out"
+#: training draws task seeds below this (when the env has no finite task list); the seeds from here on
+#: are the held-out tasks of an env without splits (the eval split :data:`HELD_OUT_SPLIT`)
+HELD_OUT_SEEDS_START = 2**30
 
 
 def check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
     """``ValueError`` naming the setting and its choices unless ``value`` is one of them."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def parse_report_to(value: str | list[str] | tuple[str, ...]) -> list[str]:
+    """``"tensorboard,wandb"`` or a list -> checked tracker names; ``"none"`` -> []."""
+    names = [n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value) if n.strip()]
+    if names == ["none"]:
+        return []
+    unknown = sorted(set(names) - set(TRACKERS))
+    if unknown:
+        raise ValueError(f"run.report_to: unknown tracker(s) {unknown}; choose from {list(TRACKERS)} or 'none'")
+    return list(dict.fromkeys(names))
 
 
 def check_backend_for_mode(rollout_backend: str, mode: str) -> None:

@@ -200,7 +200,7 @@ def test_the_algorithm_and_the_cli_setting() -> None:
     import milegpo
     from milegpo.algos import ALGORITHMS
     from milegpo.config import AlgoConfig
-    from milegpo.run.config import resolve_config
+    from milegpo.config.run import resolve_config
 
     assert ALGORITHMS["g2po"] is milegpo.G2PO and milegpo.G2PO.credit_method == "g2po"
     assert isinstance(AlgoConfig(method="g2po").credit_config(), G2POConfig)

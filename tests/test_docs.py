@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = ["milegpo", "milegpo.credit", "milegpo.envs", "milegpo.algos", "milegpo.policies",
-                  "milegpo.integrations.verl", "milegpo.config", "milegpo.run.config"]
+                  "milegpo.integrations.verl", "milegpo.config", "milegpo.config.run"]
 
 
 def python_blocks(page: str) -> list[str]:

@@ -130,7 +130,7 @@ def test_save_to_a_zip_name_and_sb3_callbacks_are_refused(tmp_path: Path) -> Non
 
 def test_evaluate_plays_held_out_seeds_of_an_env_without_splits() -> None:
     from milegpo import MileGPO, evaluate_policy, make_vec_env
-    from milegpo.envs.core import HELD_OUT_SEEDS_START
+    from milegpo.options import HELD_OUT_SEEDS_START
     model = MileGPO("LLMPolicy", make_vec_env("milegpo/House-v0", n_tasks=1, group_size=1), seed=0, verbose=0)
     split_env = make_vec_env("milegpo/House-v0", n_tasks=2, group_size=1, env_kwargs={"split": "eval_id"})
     assert split_env.has_task_splits
@@ -167,8 +167,8 @@ def test_logs_to_a_file_keep_bars_apart_and_count_every_step(tmp_path: Path) -> 
 def test_torch_threads_follow_the_model() -> None:
     import torch
 
-    from milegpo.run.config import resolve_config
-    from milegpo.run.train import set_torch_threads
+    from milegpo.config.run import resolve_config
+    from milegpo.run.plan import set_torch_threads
 
     before = torch.get_num_threads()
     try:

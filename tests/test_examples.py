@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from gymnasium.envs.registration import load_env_creator
 
+from milegpo.config.run import PRESETS, TrainConfig, resolve_config
 from milegpo.credit import CREDIT_METHODS, StepBatch, credit_of_trajectory
 from milegpo.credit.batch import load_step_batch, save_step_batch
 from milegpo.run import plots
-from milegpo.run.config import PRESETS, TrainConfig, resolve_config
 from milegpo.run_folder import LAST_BATCH_FILE
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,7 +47,7 @@ def greedy(model, tokenizer, prompts=PROMPTS) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def trained(run: Path):
-    from milegpo.run.train import load_run
+    from milegpo.run.finish import load_run
 
     _, model = load_run(run)
     model.policy.model.eval()

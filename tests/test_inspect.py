@@ -22,6 +22,7 @@ import pytest
 
 from milegpo.algos.run_outputs import keep_batch, observation_table
 from milegpo.cli import main
+from milegpo.config.run import TrainConfig
 from milegpo.credit import (
     CREDIT_METHODS,
     MileGPOConfig,
@@ -35,7 +36,6 @@ from milegpo.credit.batch import load_step_batch, save_step_batch
 from milegpo.inspect import report_data, write_report
 from milegpo.inspect.html import json_block, render_report
 from milegpo.inspect.runfiles import kept_iterations, learning_curve
-from milegpo.run.config import TrainConfig
 from milegpo.run.logs import rollback_logs
 
 VENDOR = Path(__file__).resolve().parents[1] / "milegpo" / "inspect" / "vendor"

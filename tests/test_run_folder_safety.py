@@ -170,7 +170,7 @@ def test_a_run_folder_works_from_anywhere_and_after_a_move(trained: Path, tmp_pa
 
 
 def test_save_never_replaces_a_folder_that_is_no_checkpoint(trained: Path, tmp_path: Path) -> None:
-    from milegpo.run.train import load_run
+    from milegpo.run.finish import load_run
 
     _, model = load_run(trained)
     mine = tmp_path / "mine"

@@ -192,7 +192,7 @@ def test_kill_9_of_the_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
 
 
 def test_the_python_api_is_refused_while_another_process_holds_the_folder(tmp_path: Path) -> None:
-    from milegpo.run.config import TrainConfig, resolve_config
+    from milegpo.config.run import TrainConfig, resolve_config
     from milegpo.run.lock import RunFolderBusyError, RunFolderLock
     from milegpo.run.train import train
 

@@ -87,7 +87,7 @@ def client(server: tuple[str, str]) -> openai.OpenAI:
 
 @pytest.fixture(scope="module")
 def policy(run: Path) -> Any:
-    from milegpo.run.train import load_run
+    from milegpo.run.finish import load_run
 
     return load_run(run)[1].policy
 

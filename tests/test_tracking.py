@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from milegpo.run.tracking import parse_report_to
+from milegpo.options import parse_report_to
 
 CONFIG = {"run": {"total_timesteps": 240, "checkpoint_freq": 2}, "env": {"n_tasks": 1, "group_size": 2,
           "kwargs": {"max_episode_steps": 8}}, "eval": {"freq": 2, "n_tasks": 2, "copies": 1}}

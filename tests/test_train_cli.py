@@ -139,7 +139,7 @@ def test_progress_rows_hold_their_own_iteration_eval(tmp_path: Path) -> None:
 
 def test_every_setting_is_documented_and_has_a_flag() -> None:
     from milegpo.cli import build_parser
-    from milegpo.run.config import leaves
+    from milegpo.config.run import leaves
 
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     helps = {action.dest: action.help for action in train._actions}

@@ -75,8 +75,8 @@ def gaps(samples) -> np.ndarray:
 
 def test_asking_for_vllm_without_it_names_the_extra(monkeypatch: pytest.MonkeyPatch, tiny_path: str) -> None:
     from milegpo.config import PolicyConfig, SamplerConfig
+    from milegpo.config.run import TrainConfig
     from milegpo.run.checks import check_setup
-    from milegpo.run.config import TrainConfig
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"pip install 'milegpo\[vllm\]'"):

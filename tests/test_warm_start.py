@@ -15,11 +15,11 @@ from milegpo.algos.warm_start import (
 )
 from milegpo.cli import main
 from milegpo.config import WarmStartConfig
+from milegpo.config.run import TrainConfig, resolve_config
 from milegpo.envs import make_env
 from milegpo.envs.core import TextEnv, TextSpace
 from milegpo.policies import LLMPolicy
 from milegpo.policies.parsing import parse_action
-from milegpo.run.config import TrainConfig, resolve_config
 
 
 def make_policy(path: str, **kwargs) -> LLMPolicy:

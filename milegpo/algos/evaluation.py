@@ -25,8 +25,8 @@ from tqdm.auto import tqdm
 
 from milegpo.algos.rollout import RolloutStep, play_episodes
 from milegpo.contracts import ActingPolicy
-from milegpo.envs.core import HELD_OUT_SEEDS_START
 from milegpo.envs.vec_env import GroupedTextVecEnv
+from milegpo.options import HELD_OUT_SEEDS_START
 
 
 @runtime_checkable

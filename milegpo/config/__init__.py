@@ -3,7 +3,7 @@
 :class:`PolicyConfig` (with :class:`LoraConfig` and :class:`SamplerConfig`) is what
 :class:`~milegpo.policies.LLMPolicy` takes, :class:`AlgoConfig` what the algorithms take,
 :class:`WarmStartConfig` what the supervised warm start takes. A run's
-:class:`~milegpo.run.config.TrainConfig` composes them. Each checks its values when built.
+:class:`~milegpo.config.run.TrainConfig` composes them. Each checks its values when built.
 """
 
 from milegpo.config.algo import AlgoConfig

@@ -81,16 +81,10 @@ def normalize_text(text: str) -> str:
     return _WHITESPACE.sub(" ", text.strip().lower())
 
 
-#: training draws task seeds below this (when the env has no finite task list); the seeds from here on
-#: are the held-out tasks of an env without splits (the eval split :data:`HELD_OUT_SPLIT`)
-HELD_OUT_SEEDS_START = 2**30
 #: where ``info["state_key"]`` comes from (:class:`TextEnv`'s ``state_key`` argument): ``"env"``, the env's own
 #: :meth:`TextEnv.state_key`; ``"observation"``, the observation text exactly, as the MileGPO paper's code and
 #: verl-agent's GiGPO group steps (their "anchor observation": equal text, one state)
 STATE_KEY_SOURCES = ("env", "observation")
-
-#: the eval split of an env without splits: the training distribution on seeds training never draws
-HELD_OUT_SPLIT = "held_out"
 
 
 class EnvContractError(TypeError):

@@ -50,11 +50,12 @@ from typing import Any
 
 import numpy as np
 
-from milegpo.envs.core import HELD_OUT_SEEDS_START, TextEnv
+from milegpo.envs.core import TextEnv
 from milegpo.envs.hosted_vec_env import EnvErrorLog as EnvErrorLog
 from milegpo.envs.hosted_vec_env import HostedVecEnv
 from milegpo.envs.registration import KwargsFactory, RegisteredEnvFactory, takes_split
 from milegpo.envs.vec_worker import Result
+from milegpo.options import HELD_OUT_SEEDS_START
 
 
 def _accepts_split(factory: object) -> bool:

@@ -93,6 +93,37 @@ def check_model_source(name: str) -> None:
                          "to use the cache only") from None
 
 
+def check_model_loads(name: str) -> None:
+    """``ValueError`` (one line: the loader's first line, and what to check) unless ``name`` is a model
+    transformers can load: :func:`check_model_source`, then its config read."""
+    import os
+
+    from transformers import AutoConfig
+
+    check_model_source(name)
+    local = os.path.exists(os.path.expanduser(name))
+    try:
+        AutoConfig.from_pretrained(os.path.expanduser(name))
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = "the folder" if local else "the hub name"
+        raise ValueError(f"cannot load model {name!r}: {first_line}. Check {where}") from None
+
+
+def check_device(device: str) -> None:
+    """An explicit CUDA device must exist (``auto`` picks CUDA when there is one, else the CPU)."""
+    if not str(device).startswith("cuda"):
+        return
+    if not th.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but this machine has no usable CUDA device "
+                         f"(torch {th.__version__}): use run.device=cpu, or run.device=auto to take a GPU when "
+                         f"there is one")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= th.cuda.device_count():
+        raise ValueError(f"device {device!r} does not exist: this machine has {th.cuda.device_count()} CUDA "
+                         f"device(s)")
+
+
 @contextmanager
 def quiet_library_bars() -> Iterator[None]:
     """transformers' (and huggingface_hub's) own progress bars off while a model is loaded or saved:

@@ -127,7 +127,7 @@ def export_run(run_dir: str | Path, out: str | Path, merged: bool = False, overw
     :class:`ExportRefused` for an ``out`` that :func:`check_export_target` refuses, and the
     ``OSError`` of a write that failed (``ENOSPC`` for a full disk), ``out`` left as it was.
     """
-    from milegpo.run.train import load_run
+    from milegpo.run.finish import load_run
 
     check_export_target(run_dir, out, overwrite)
     config, model = load_run(run_dir)

@@ -65,23 +65,22 @@ class AppendingCSVOutputFormat(CSVOutputFormat):
             raise OSError(exc.errno, exc.strerror, self.file.name) from exc
 
 
-def configure_run_logger(run_dir: str | os.PathLike, verbose: int = 1, report_to: Sequence[str] = ("tensorboard",),
+def configure_run_logger(run_dir: str | os.PathLike, verbose: int = 1, trackers: Sequence[str] = ("tensorboard",),
                          config: Mapping[str, Any] | None = None) -> Logger:
     """SB3 logger of a run folder: the console (``verbose`` 1: a line per iteration, 2: SB3's full
-    table, 0: nothing), ``progress.csv`` (appended, always) and the trackers of ``report_to``
-    (TensorBoard in the run folder, W&B, MLflow: :mod:`milegpo.run.tracking`).
+    table, 0: nothing), ``progress.csv`` (appended, always) and the ``trackers`` (checked names, as a
+    run's plan holds them: TensorBoard in the run folder, W&B, MLflow: :mod:`milegpo.run.tracking`).
 
     :param config: the run's config, logged as the tracker run's config / params.
     """
-    from milegpo.run.tracking import parse_report_to, tracker_formats
+    from milegpo.run.tracking import tracker_formats
 
-    report_to = parse_report_to(list(report_to))
     folder = str(run_dir)
     os.makedirs(folder, exist_ok=True)
     formats: list[KVWriter] = [AppendingCSVOutputFormat(os.path.join(folder, PROGRESS_FILE))]
-    if "tensorboard" in report_to:
+    if "tensorboard" in trackers:
         formats.append(TensorBoardOutputFormat(folder))
-    formats += tracker_formats(report_to, folder, config or {})
+    formats += tracker_formats(trackers, folder, config or {})
     console = console_format(verbose)
     if console is not None:
         formats.insert(0, console)

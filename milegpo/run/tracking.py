@@ -3,7 +3,7 @@
 ``milegpo train run.report_to=[tensorboard,wandb,mlflow]`` adds one writer per tracker to the
 run's SB3 logger, beside ``progress.csv`` (always written, the record a resume restores):
 every log row (rollout, credit diagnostics, update and ``eval/*`` values) goes to each
-tracker at its env step, the run's :class:`~milegpo.run.train.TrainConfig` is the tracker
+tracker at its env step, the run's :class:`~milegpo.config.run.TrainConfig` is the tracker
 run's config / params, and at the end the held-out results become summary metrics and
 the plots artifacts.
 
@@ -24,7 +24,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +32,6 @@ import numpy as np
 from stable_baselines3.common.logger import KVWriter
 
 from milegpo.run_folder import TRACKERS_FILE
-
-#: the values ``report_to`` accepts (csv and stdout are always on)
-TRACKERS = ("tensorboard", "wandb", "mlflow")
-
-
-def parse_report_to(value: str | list[str] | tuple[str, ...]) -> list[str]:
-    """``"tensorboard,wandb"`` or a list -> checked tracker names; ``"none"`` -> []."""
-    names = [n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value) if n.strip()]
-    if names == ["none"]:
-        return []
-    unknown = sorted(set(names) - set(TRACKERS))
-    if unknown:
-        raise ValueError(f"run.report_to: unknown tracker(s) {unknown}; choose from {list(TRACKERS)} or 'none'")
-    return list(dict.fromkeys(names))
 
 
 def _numbers(key_values: Mapping[str, Any], key_excluded: Mapping[str, Any], name: str) -> dict[str, float]:
@@ -193,13 +179,13 @@ class MLflowOutputFormat(KVWriter):
         self.client.set_terminated(self.run_id)
 
 
-def tracker_formats(report_to: list[str], run_dir: str | os.PathLike, config: Mapping[str, Any]) -> list[KVWriter]:
-    """The W&B / MLflow writers ``report_to`` asks for (TensorBoard is the run logger's own)."""
+def tracker_formats(trackers: Sequence[str], run_dir: str | os.PathLike, config: Mapping[str, Any]) -> list[KVWriter]:
+    """The W&B / MLflow writers of ``trackers`` (checked names; TensorBoard is the run logger's own)."""
     writers: list[KVWriter] = []
     try:
-        if "wandb" in report_to:
+        if "wandb" in trackers:
             writers.append(WandbOutputFormat(run_dir, config))
-        if "mlflow" in report_to:
+        if "mlflow" in trackers:
             writers.append(MLflowOutputFormat(run_dir, config))
     except BaseException:  # one tracker failed to start: close the ones already open (no dangling W&B run)
         for writer in writers:

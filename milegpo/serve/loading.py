@@ -47,7 +47,7 @@ def load_served_policy(source: str, device: str = "auto") -> ServedPolicy:
     """
     path = Path(source).expanduser()
     if path.is_dir() and _is_run_folder(path):
-        from milegpo.run.train import load_run
+        from milegpo.run.finish import load_run
 
         config, model = load_run(path)
         return ServedPolicy(model.policy, path.resolve().name, "run", config.policy.mode)

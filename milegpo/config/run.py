@@ -22,10 +22,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from milegpo.config import AlgoConfig, PolicyConfig, TinyModelConfig, WarmStartConfig
+from milegpo.config.algo import AlgoConfig
 from milegpo.config.fields import check_int, check_number, check_type, from_dict, settings_class, to_dict
+from milegpo.config.policy import PolicyConfig
 from milegpo.config.presets import DEMO_PRESET, PRESETS, preset_text
-from milegpo.envs.core import HELD_OUT_SEEDS_START, HELD_OUT_SPLIT
+from milegpo.config.tiny_model import TinyModelConfig
+from milegpo.config.warm_start import WarmStartConfig
+from milegpo.options import HELD_OUT_SEEDS_START, HELD_OUT_SPLIT, parse_report_to
 
 
 @dataclass(frozen=True)
@@ -147,8 +150,6 @@ class RunConfig:
             raise ValueError(f"run.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if not (isinstance(self.report_to, list) and all(isinstance(s, str) for s in self.report_to)):
             raise ValueError(f"run.report_to must be a list of tracker names, got {self.report_to!r}")
-        from milegpo.run.tracking import parse_report_to
-
         parse_report_to(self.report_to)
 
 
