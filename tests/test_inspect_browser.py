@@ -28,8 +28,8 @@ from milegpo.credit import CREDIT_METHODS, build_task_graph, compute_credit, mak
 from milegpo.inspect import kept_iterations, load_kept, write_report
 from milegpo.inspect.graphview import trajectory_rows
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from inspect_report import big_run  # noqa: E402  the benchmark's large run: one group of N distinct states
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's root: the benchmarks package
+from benchmarks.speed.inspect_report import big_run  # noqa: E402  the benchmark's large run: N distinct states
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -36,7 +36,7 @@ from milegpo import TrainConfig
 from milegpo.algos.warm_start import behaviour_clone, collect_demonstrations, nll_backward
 from milegpo.config import WarmStartConfig
 from milegpo.envs import make_env
-from milegpo.run.train import evaluate_model
+from milegpo.run.finish import evaluate_model
 
 #: name -> settings (dotted names) of the learner (the first is the benchmarks' own).
 MODELS: dict[str, dict] = {

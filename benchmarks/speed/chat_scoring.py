@@ -17,7 +17,7 @@ Tokens are counted for T = 5..50; the per-turn layouts are timed up to ``--max-p
 median of ``--repeats``, each layout in turn for each T, written to
 ``benchmarks/results/chat_scoring.{json,md}`` as each T finishes.
 
-    python benchmarks/chat_scoring.py
+    python -m benchmarks.speed.chat_scoring
 """
 
 from __future__ import annotations
@@ -26,20 +26,18 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks import harness
 from milegpo.envs.core import TextSpace
 from milegpo.policies import LLMPolicy, smollm2_path
 from milegpo.policies.conversation import prefix_groups, single_pass_logprobs
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.scoring import score_rows
 
-RESULTS = Path(__file__).resolve().parent / "results"
 #: tokens per backward pass of the per-turn layouts (the update's micro_batch_tokens for SmolLM2 on a CPU: its
 #: activations take ~2 MB per token in fp32)
 MICRO_BATCH_TOKENS = 1024
@@ -93,18 +91,17 @@ def micro_batches(samples: list[ActionSample], one_pass: bool) -> list[list[Acti
 
 def timed_update(policy: LLMPolicy, samples: list[ActionSample], one_pass: bool, repeats: int) -> dict[str, float]:
     """Median wall / CPU seconds of the log-probs of every reply token, forward and backward."""
-    walls, cpus = [], []
     score = single_pass_logprobs if one_pass else score_rows
-    for _ in range(repeats):
-        policy.optimizer.zero_grad(set_to_none=True)
-        wall, cpu = time.perf_counter(), time.process_time()
+
+    def update() -> None:
         for chunk in micro_batches(samples, one_pass):
             prompts, replies = [s.prompt_ids for s in chunk], [s.action_ids for s in chunk]
             logps, _ = score(policy.model, prompts, replies, policy.pad_id, 1.0, policy.batch_tokens)
             torch.cat(logps).sum().backward()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus)}
+
+    wall, cpu = harness.timed(update, repeats, warm_up=False,
+                              before=lambda: policy.optimizer.zero_grad(set_to_none=True))
+    return {"wall_s": wall, "cpu_s": cpu}
 
 
 def tokens(samples: list[ActionSample], one_pass: bool) -> int:
@@ -116,12 +113,12 @@ def tokens(samples: list[ActionSample], one_pass: bool) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "chat_scoring",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--turns", type=int, nargs="+", default=[5, 10, 20, 30, 40, 50])
     parser.add_argument("--max-per-turn-T", type=int, default=20, help="time the per-turn layouts up to this T")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=str(RESULTS / "chat_scoring"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = smollm2_path()
@@ -131,7 +128,7 @@ def main() -> None:
     template = LLMPolicy(TextSpace(), TextSpace(), lambda _: 1e-5, prompt_format="template", **common)
     timed_update(chat, samples_of(chat, 2), True, 1)  # warm-up: the first pass allocates and compiles kernels
     rows = []
-    out = Path(args.out)
+    out = args.out
     for turns in args.turns:
         chat_samples, template_samples = samples_of(chat, turns), samples_of(template, turns)
         assert len(prefix_groups([s.prompt_ids + s.action_ids for s in chat_samples])) == 1
@@ -151,8 +148,7 @@ def main() -> None:
 def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
     report = {"model": "SmolLM2-135M-Instruct (fp32, CPU)", "threads": args.threads, "repeats": args.repeats,
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "load_1min_at_end": os.getloadavg()[0]}, "rows": rows}
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+                          "load_1min_at_end": harness.load_1min()}, "rows": rows}
     lines = ["| T | tokens: chat, one pass | chat, per turn | template, full history | update s: chat, one pass "
              "| chat, per turn | template, full history | one pass speed-up |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -169,8 +165,9 @@ def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
                  f"token's log-prob, backward per micro-batch of {MICRO_BATCH_TOKENS} tokens for the per-turn layouts "
                  f"and per conversation for the one pass; median of {args.repeats} runs (1 from T = 20 for the "
                  f"per-turn layouts); "
-                 f"1-min load at the end {os.getloadavg()[0]:.1f}. From `benchmarks/chat_scoring.py`.")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+                 f"1-min load at the end {report['machine']['load_1min_at_end']:.1f}. "
+                 "From `python -m benchmarks.speed.chat_scoring`.")
+    harness.write_results(out, report, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

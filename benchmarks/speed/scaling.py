@@ -12,27 +12,25 @@ On this project's 2-core CPU machine two processes share the two cores that one
 process already uses (torch threads), so the gain is capped; the same script runs on
 N GPUs, e.g.::
 
-    python benchmarks/scaling.py --nprocs 1 2 4 8 --device cuda \\
+    python -m benchmarks.speed.scaling --nprocs 1 2 4 8 --device cuda \\
         --model Qwen/Qwen2.5-1.5B-Instruct --mode generate --n-tasks 16 --steps 20000
 
-    python benchmarks/scaling.py                     # CPU: tiny LM, House, 1 vs 2 processes
+    python -m benchmarks.speed.scaling                     # CPU: tiny LM, House, 1 vs 2 processes
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks import harness
 
 
 def run(nproc: int, args: argparse.Namespace, folder: Path) -> dict[str, float]:
@@ -46,9 +44,9 @@ def run(nproc: int, args: argparse.Namespace, folder: Path) -> dict[str, float]:
     if args.model:
         command += ["--policy.model", args.model]
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, args.threads // nproc))}
-    start = time.perf_counter()
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
+    with harness.Stopwatch() as clock:
+        subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    wall = clock.wall_s
     with open(run_dir / "progress.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("rollout/episodes")]
     warmup, rows = rows[0], rows[1:]
@@ -65,7 +63,7 @@ def run(nproc: int, args: argparse.Namespace, folder: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "scaling", "results file stem (OUT.json, OUT.md)")
     parser.add_argument("--nprocs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=8000, help="env steps per run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per setting (the median is reported)")
@@ -76,7 +74,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mode", default="choose")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="CPU threads shared by the processes (OMP_NUM_THREADS = threads / N)")
-    parser.add_argument("--out", default=str(RESULTS / "scaling"), help="results file stem")
     parser.add_argument("extra", nargs="*", help="more `milegpo train` flags (after --)")
     args = parser.parse_args(argv)
 
@@ -90,11 +87,9 @@ def main(argv: list[str] | None = None) -> dict:
     for r in results:
         r["speedup"] = r["env_steps_per_s"] / base["env_steps_per_s"]
         r["env_steps_per_s_runs"] = [round(x["env_steps_per_s"], 1) for x in runs[int(r["nproc"])]]
-    report = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+    report = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                          "load_1min": harness.load_1min()},
               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "results": results}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [f"Median of {args.repeats} runs; env steps/s = env steps over the summed rollout + credit + update "
              "time of the iterations after the first.", "",
              "| processes | env steps/s | speed-up | rollout env steps/s | update tokens/s | s / iteration |",
@@ -103,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['rollout_env_steps_per_s']:.0f} | {r['update_tokens_per_s']:.0f} | "
               f"{r['seconds_per_iteration']:.2f} |"
               for r in results]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    harness.write_results(args.out, report, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return report
 

@@ -12,23 +12,17 @@ commands) and replies of about 278 (``<think>`` text, capped at 512). Without re
 shapes here, rows are drawn with prompts uniform in [200, 520] and replies normal(278, 120)
 clipped to [16, 512] (seeded); ``--batch-tokens`` is the GPU chunk (16,384).
 
-    python benchmarks/padding.py            # writes benchmarks/results/padding.json
+    python -m benchmarks.speed.padding            # writes benchmarks/results/padding.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
-from pathlib import Path
-
 import numpy as np
 import torch
 
+from benchmarks import harness
 from milegpo.policies import tiny_model
 from milegpo.policies.scoring import score_rows
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def paper_shapes(n: int, seed: int, vocab: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -41,14 +35,13 @@ def paper_shapes(n: int, seed: int, vocab: int) -> tuple[list[list[int]], list[l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "padding.json")
     parser.add_argument("--rows", type=int, default=256, help="steps in the scored batch (one minibatch)")
     parser.add_argument("--batch-tokens", type=int, default=16384)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(RESULTS / "padding.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import tempfile
@@ -82,13 +75,13 @@ def main() -> None:
     result["max_logprob_gap"] = gap
     for _ in range(args.repeats):  # interleaved, so load changes hit both paths alike
         for entry in result["paths"].values():
-            start = time.perf_counter()
-            with torch.no_grad():
+            with harness.Stopwatch() as clock, torch.no_grad():
                 score_rows(model, prompts, replies, 0, 1.0, args.batch_tokens, right_padded=entry["right_padded"])
-            entry["seconds"].append(time.perf_counter() - start)
+            entry["seconds"].append(clock.wall_s)
+    result["load_1min"] = harness.load_1min()
     (old, new) = result["paths"].values()
     result["time_ratio_median"] = float(np.median(old["seconds"]) / np.median(new["seconds"]))
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    harness.write_json(args.out, result)
     for name, entry in result["paths"].items():
         print(f"{name}: {entry['padded_per_real']:.2f} fed/real tokens, median {np.median(entry['seconds']):.2f} s")
     print(f"time ratio {result['time_ratio_median']:.2f}x, max log-prob gap {gap:.2e}")

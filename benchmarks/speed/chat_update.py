@@ -30,27 +30,25 @@ The two ways alternate (one-pass, per-turn, one-pass, ...) on the same buffer, s
 hits both; medians of wall and process CPU time; the 1-min load is recorded at each size. Results
 go to ``benchmarks/results/chat_update.{json,md}`` after every size.
 
-    OMP_NUM_THREADS=1 python benchmarks/chat_update.py
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.chat_update
     # on real rollouts, prompts grown from ids and re-rendered from text:
-    OMP_NUM_THREADS=1 python benchmarks/chat_update.py --buffer rollout --envs 8 --turns 10 \
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.chat_update --buffer rollout --envs 8 --turns 10 \
         --out benchmarks/results/chat_update_rollout
-    OMP_NUM_THREADS=1 python benchmarks/chat_update.py --buffer rollout --prompts text --envs 8 --turns 10 \
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.chat_update --buffer rollout --prompts text --envs 8 --turns 10 \
         --out benchmarks/results/chat_update_rollout_text
-    # the update of an earlier commit (its worktree first on the path), then both in one table:
-    OMP_NUM_THREADS=1 PYTHONPATH=/tmp/base python benchmarks/chat_update.py --ways one_pass \
-        --out benchmarks/results/chat_update_before
-    python benchmarks/chat_update.py --before benchmarks/results/chat_update_before.json --before-code 3217551
+    # the update of an earlier commit (its milegpo from its worktree, here /tmp/base), then both in one table:
+    REPO=$PWD; (cd /tmp/base && OMP_NUM_THREADS=1 PYTHONPATH=$REPO python -m benchmarks.speed.chat_update \
+        --ways one_pass --out $REPO/benchmarks/results/chat_update_before)
+    python -m benchmarks.speed.chat_update --before benchmarks/results/chat_update_before.json --before-code 3217551
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -59,6 +57,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.logger import configure
 
+from benchmarks import harness
 from milegpo import GRPO
 from milegpo.algos.buffer import TextRolloutBuffer, continues
 from milegpo.envs import make_vec_env
@@ -68,7 +67,6 @@ from milegpo.policies.conversation import prefix_groups
 from milegpo.policies.sample import ActionSample
 from milegpo.policies.scoring import score_rows
 
-RESULTS = Path(__file__).resolve().parent / "results"
 OBSERVATION_WORDS, REPLY_WORDS = 40, 23  # + the action tags and the end-of-turn token: ~25
 
 
@@ -150,9 +148,9 @@ def forward_tokens(buffer: TextRolloutBuffer) -> dict[str, int]:
 
 def timed_train(model: GRPO, one_pass: bool) -> dict[str, float]:
     model.policy.one_pass = one_pass
-    wall, cpu = time.perf_counter(), time.process_time()
-    model.train()
-    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+    with harness.Stopwatch() as clock:
+        model.train()
+    return {"wall_s": clock.wall_s, "cpu_s": clock.cpu_s}
 
 
 def run_size(model_path: str, envs: int, turns: int, repeats: int, settings: dict[str, Any],
@@ -168,14 +166,14 @@ def run_size(model_path: str, envs: int, turns: int, repeats: int, settings: dic
     else:
         fill(model, turns, seed=envs * 1000 + turns)
     samples: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
-    load_start = os.getloadavg()[0]
+    load_start = harness.load_1min()
     for _ in range(repeats):
         for way in ways:
             samples[way].append(timed_train(model, way == "one_pass"))
     row = {"envs": envs, "turns": turns, "rows": model.rollout_buffer.num_steps, "repeats": repeats,
            "tokens": forward_tokens(model.rollout_buffer), "buffer": buffer, "prompts": prompts,
            "continued": continued_turns(model.rollout_buffer),
-           "load_1min": [load_start, os.getloadavg()[0]],
+           "load_1min": [load_start, harness.load_1min()],
            "seconds": {way: {k: statistics.median(s[k] for s in runs) for k in ("wall_s", "cpu_s")}
                        for way, runs in samples.items()},
            "all_wall_s": {way: [s["wall_s"] for s in runs] for way, runs in samples.items()}}
@@ -233,7 +231,8 @@ def markdown(result: dict[str, Any], before: dict[str, Any] | None = None) -> st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, harness.RESULTS / "chat_update",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--envs", type=int, nargs="+", default=[8, 128])
     parser.add_argument("--turns", type=int, nargs="+", default=[5, 10, 20])
     parser.add_argument("--repeats", type=int, default=3)
@@ -247,15 +246,14 @@ def main() -> None:
                         help="the buffer: trajectories written here, or a real rollout of the policy")
     parser.add_argument("--prompts", choices=["ids", "text"], default="ids",
                         help="--buffer rollout: prompts appended from the sampled ids, or re-rendered from text")
-    parser.add_argument("--out", default=str(RESULTS / "chat_update"))
     parser.add_argument("--before", type=Path, default=None,
                         help="a --ways one_pass result of the previous code: only rewrite --out's table with it")
     parser.add_argument("--before-code", default="the code before", help="how the table names that code")
     args = parser.parse_args()
-    out = Path(args.out)
+    out = args.out
     if args.before is not None:
         before = {**json.loads(args.before.read_text()), "code": args.before_code}
-        out.with_suffix(".md").write_text(markdown(json.loads(out.with_suffix(".json").read_text()), before))
+        harness.write_text(out.with_suffix(".md"), markdown(json.loads(out.with_suffix(".json").read_text()), before))
         return
     torch.set_num_threads(args.threads)
     model_path = tiny_model(HouseEnv.vocabulary(), Path(tempfile.mkdtemp()) / "tiny", hidden_size=args.hidden,
@@ -274,10 +272,7 @@ def main() -> None:
             row = run_size(model_path, envs, turns, args.repeats, settings, args.ways, args.buffer, args.prompts)
             result["runs"].append(row)
             print(json.dumps(row), flush=True)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-            if len(args.ways) == 2:
-                out.with_suffix(".md").write_text(markdown(result))
+            harness.write_results(out, result, markdown(result) if len(args.ways) == 2 else None)
 
 
 if __name__ == "__main__":

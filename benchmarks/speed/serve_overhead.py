@@ -15,15 +15,13 @@ reported, with process CPU seconds beside wall seconds: the benchmark process's 
 ``in-process``, the server's plus the client's for the server variants. Both processes use one
 torch thread.
 
-    python benchmarks/serve_overhead.py                       # the offline tiny model
-    python benchmarks/serve_overhead.py --model smollm2 --prompts 8
+    python -m benchmarks.speed.serve_overhead                       # the offline tiny model
+    python -m benchmarks.speed.serve_overhead --model smollm2 --prompts 8
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import platform
 import re
@@ -42,7 +40,8 @@ import openai
 import psutil
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks import harness
+
 ROOMS = ["hallway", "kitchen", "bedroom", "bathroom", "garden", "cellar", "attic", "office"]
 TASKS = ["open the door", "take the key", "go to the kitchen", "find the red book"]
 
@@ -88,19 +87,21 @@ def timed(run: Callable[[], list[int]], server: psutil.Process | None) -> dict[s
         own = time.process_time()
         return own + (sum(server.cpu_times()[:2]) if server is not None else 0.0)
 
-    wall, cpu_start = time.perf_counter(), cpu()
-    tokens = run()
-    wall, cpu_used = time.perf_counter() - wall, cpu() - cpu_start
-    return {"wall_s": wall, "cpu_s": cpu_used, "requests": len(tokens), "tokens": sum(tokens)}
+    cpu_start = cpu()
+    with harness.Stopwatch() as clock:
+        tokens = run()
+    return {"wall_s": clock.wall_s, "cpu_s": cpu() - cpu_start, "requests": len(tokens), "tokens": sum(tokens)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", default="tiny", help="tiny, smollm2, or a model folder / hub name")
     parser.add_argument("--prompts", type=int, default=16, help="conversations per pass")
     parser.add_argument("--max-tokens", type=int, default=16, help="reply budget (greedy)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians reported)")
-    parser.add_argument("--out", default=None, help="result name (default serve_overhead[_MODEL])")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the results' path without its suffix "
+                             "(default: benchmarks/results/serve_overhead[_MODEL])")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -120,11 +121,9 @@ def main() -> None:
             process.wait(timeout=60)
     report = {"model": args.model, "prompts": args.prompts, "max_tokens": args.max_tokens, "rounds": args.rounds,
               "torch_threads": 1, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "load_1min_after": round(os.getloadavg()[0], 2), "variants": results}
-    out = args.out or ("serve_overhead" if args.model == "tiny" else f"serve_overhead_{Path(args.model).name}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{out}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / f"{out}.md").write_text(markdown(report))
+              "load_1min_after": round(harness.load_1min(), 2), "variants": results}
+    name = "serve_overhead" if args.model == "tiny" else f"serve_overhead_{Path(args.model).name}"
+    harness.write_results(args.out or harness.RESULTS / name, report, markdown(report))
     print(markdown(report))
 
 
@@ -193,7 +192,7 @@ def markdown(report: dict[str, Any]) -> str:
                  f"{report['max_tokens']} tokens per pass ({base['tokens']} tokens), median of {report['rounds']} "
                  f"interleaved rounds; {report['machine']}, one torch thread per process; CPU s: the benchmark "
                  "process (in-process), the server's plus the client's (server rows); 1-min load after the run "
-                 f"{report['load_1min_after']}. From `benchmarks/serve_overhead.py`.")
+                 f"{report['load_1min_after']}. From `python -m benchmarks.speed.serve_overhead`.")
     return "\n".join(lines) + "\n"
 
 

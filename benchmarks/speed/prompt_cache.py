@@ -1,20 +1,19 @@
 """Time spent building prompts and tokenising admissible commands during House rollouts, with and
 without the token cache (same seeds, so both play the same episodes; alternated, two repetitions).
 
-    python benchmarks/prompt_cache.py benchmarks/results/prompt_cache.json
+    python -m benchmarks.speed.prompt_cache        # writes benchmarks/results/prompt_cache.json
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks import harness
 from milegpo.algos.rollout import play_episodes
 from milegpo.envs.core import TextSpace
 from milegpo.envs.house import HouseEnv
@@ -46,28 +45,30 @@ def run(model: str, cached: bool, seed: int) -> dict[str, float]:
     policy.build_prompt = timed(policy.build_prompt, "prompt_s")
     policy._candidate_ids = timed(policy._candidate_ids, "candidates_s")
     env = make_vec_env(HouseEnv, n_tasks=4, group_size=8, seed=seed, env_kwargs={"max_episode_steps": 30})
-    start, steps = time.perf_counter(), 0
-    for iteration in range(3):
-        env.seed(seed * 10 + iteration)
-        obs = env.reset()
+    steps = 0
 
-        def count(step) -> None:
-            nonlocal steps
-            steps += len(step.active)
+    def count(step) -> None:
+        nonlocal steps
+        steps += len(step.active)
 
-        play_episodes(policy, env, obs, [dict(i) for i in env.reset_infos], deterministic=False, on_step=count)
-    env.close()
-    return {**spent, "rollout_s": time.perf_counter() - start, "steps": steps}
+    with harness.Stopwatch() as clock:
+        for iteration in range(3):
+            env.seed(seed * 10 + iteration)
+            obs = env.reset()
+            play_episodes(policy, env, obs, [dict(i) for i in env.reset_infos], deterministic=False, on_step=count)
+        env.close()
+    return {**spent, "rollout_s": clock.wall_s, "steps": steps}
 
 
 def main() -> None:
+    args = harness.parser(__doc__, harness.RESULTS / "prompt_cache.json").parse_args()
     torch.set_num_threads(1)
     model = tiny_model(HouseEnv.vocabulary(), Path(tempfile.mkdtemp()) / "tiny", hidden_size=32, num_layers=1,
                        num_heads=2)
     runs = [{"cached": cached, **run(model, cached, seed)} for seed in range(2) for cached in (False, True)]
     for row in runs:
         print(row)
-    Path(sys.argv[1]).write_text(json.dumps({"setting": SETTING, "runs": runs}, indent=2) + "\n")
+    harness.write_json(args.out, {"setting": SETTING, "load_1min": harness.load_1min(), "runs": runs})
 
 
 if __name__ == "__main__":

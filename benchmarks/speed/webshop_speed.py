@@ -5,17 +5,16 @@ env steps/s of a random agent (uniform over ``admissible_commands``) and of an
 oracle agent (searches the instruction, opens the goal product, picks the goal
 options, buys), and the mean purchase score of correct and wrong purchases.
 
-    python benchmarks/webshop_speed.py [--data-dir DIR] [--episodes 200]
+    python -m benchmarks.speed.webshop_speed [--data-dir DIR] [--episodes 200]
 """
 
 from __future__ import annotations
 
-import argparse
 import random
-import time
 
 import numpy as np
 
+from benchmarks import harness
 from milegpo.envs.webshop import ProductSearch, WebShopEnv, purchase_score
 
 
@@ -34,62 +33,63 @@ def oracle_actions(env: WebShopEnv) -> list[str] | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--episodes", type=int, default=200)
     args = parser.parse_args()
 
-    t0 = time.perf_counter()
-    env = WebShopEnv(split="all", data_dir=args.data_dir)
-    build_s = time.perf_counter() - t0
+    print(f"1-min load at start: {harness.load_1min():.2f}")
+    with harness.Stopwatch() as clock:
+        env = WebShopEnv(split="all", data_dir=args.data_dir)
+    build_s = clock.wall_s
     catalog, search = env.catalog, env.search_engine
     print(f"catalog: {len(catalog.products)} products, {len(catalog.goals)} goals; load + BM25 build {build_s:.3f} s")
-    t0 = time.perf_counter()
-    ProductSearch([p.asin for p in catalog.products], [p.search_text for p in catalog.products])
-    print(f"BM25 index build alone: {time.perf_counter() - t0:.3f} s")
+    with harness.Stopwatch() as clock:
+        ProductSearch([p.asin for p in catalog.products], [p.search_text for p in catalog.products])
+    print(f"BM25 index build alone: {clock.wall_s:.3f} s")
 
     queries = [g.instruction_text for g in catalog.goals[:200]]
-    t0 = time.perf_counter()
-    hits = [search.search(q) for q in queries]
-    print(f"search latency: {(time.perf_counter() - t0) / len(queries) * 1e3:.2f} ms/query")
+    with harness.Stopwatch() as clock:
+        hits = [search.search(q) for q in queries]
+    print(f"search latency: {clock.wall_s / len(queries) * 1e3:.2f} ms/query")
     top1 = np.mean([h[:1] == [g.asin] for h, g in zip(hits, catalog.goals)])
     top10 = np.mean([g.asin in h[:10] for h, g in zip(hits, catalog.goals)])
     own_title = np.mean([search.search(p.title)[:1] == [p.asin] for p in catalog.products])
     print(f"goal product ranked 1st for its instruction: {top1:.2f}, in top 10: {top10:.2f}; "
           f"product 1st for its own title: {own_title:.2f}")
 
-    t0 = time.perf_counter()
-    for s in range(args.episodes):
-        env.reset(seed=s)
-    print(f"reset: {(time.perf_counter() - t0) / args.episodes * 1e3:.3f} ms")
+    with harness.Stopwatch() as clock:
+        for s in range(args.episodes):
+            env.reset(seed=s)
+    print(f"reset: {clock.wall_s / args.episodes * 1e3:.3f} ms")
 
     rng = random.Random(0)
-    steps, t0, scores = 0, time.perf_counter(), []
-    for s in range(args.episodes):
-        _, info = env.reset(seed=s)
-        done = False
-        while not done:
-            _, _, term, trunc, info = env.step(rng.choice(info["admissible_commands"]))
-            steps += 1
-            done = term or trunc
-        scores.append(info["score"] if term else 0.0)
-    dt = time.perf_counter() - t0
-    print(f"random agent: {steps / dt:.0f} steps/s, mean score {np.mean(scores):.3f}")
+    steps, scores = 0, []
+    with harness.Stopwatch() as clock:
+        for s in range(args.episodes):
+            _, info = env.reset(seed=s)
+            done = False
+            while not done:
+                _, _, term, trunc, info = env.step(rng.choice(info["admissible_commands"]))
+                steps += 1
+                done = term or trunc
+            scores.append(info["score"] if term else 0.0)
+    print(f"random agent: {steps / clock.wall_s:.0f} steps/s, mean score {np.mean(scores):.3f}")
 
-    steps, t0, scores = 0, time.perf_counter(), []
-    for s in range(args.episodes):
-        _, info = env.reset(seed=s)
-        _, _, _, _, info = env.step(info["admissible_commands"][0])
-        steps += 1
-        actions = oracle_actions(env) or ["click[back to search]"]
-        for a in actions:
-            _, _, term, trunc, info = env.step(a)
+    steps, scores = 0, []
+    with harness.Stopwatch() as clock:
+        for s in range(args.episodes):
+            _, info = env.reset(seed=s)
+            _, _, _, _, info = env.step(info["admissible_commands"][0])
             steps += 1
-            if term or trunc:
-                break
-        scores.append(info["score"] if term else 0.0)
-    dt = time.perf_counter() - t0
-    print(f"oracle agent: {steps / dt:.0f} steps/s, mean score {np.mean(scores):.3f}, "
+            actions = oracle_actions(env) or ["click[back to search]"]
+            for a in actions:
+                _, _, term, trunc, info = env.step(a)
+                steps += 1
+                if term or trunc:
+                    break
+            scores.append(info["score"] if term else 0.0)
+    print(f"oracle agent: {steps / clock.wall_s:.0f} steps/s, mean score {np.mean(scores):.3f}, "
           f"won {np.mean([s == 1.0 for s in scores]):.3f}")
 
     # purchase scores of correct vs wrong buys, straight from the reward function

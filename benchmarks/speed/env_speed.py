@@ -1,8 +1,8 @@
 """Env throughput of GroupedTextVecEnv: in-process vs subprocess workers, random admissible actions.
 
-    python benchmarks/env_speed.py                         # milegpo/House-v0
-    python benchmarks/env_speed.py --env-id milegpo/ALFWorld-v0 --seconds 60
-    python benchmarks/env_speed.py --env-id milegpo/TWX-coin-v0 --workers 0,1,2,4
+    python -m benchmarks.speed.env_speed                         # milegpo/House-v0
+    python -m benchmarks.speed.env_speed --env-id milegpo/ALFWorld-v0 --seconds 60
+    python -m benchmarks.speed.env_speed --env-id milegpo/TWX-coin-v0 --workers 0,1,2,4
 
 Each configuration (``0`` = in-process, ``N`` = N worker processes) runs
 ``n_tasks x group_size`` envs for ``--seconds`` of rollouts: random admissible
@@ -13,19 +13,16 @@ Results are merged by env id into ``benchmarks/results/env_speed.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness
 from milegpo.cli import env_kwargs_type
 from milegpo.envs import make_vec_env
-
-RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.json"
 
 
 def measure(env_id: str, env_kwargs: dict, n_workers: int, n_tasks: int, group_size: int, seconds: float,
@@ -70,14 +67,14 @@ def measure(env_id: str, env_kwargs: dict, n_workers: int, n_tasks: int, group_s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "env_speed.json",
+                            "the results file, merged by env id (default: %(default)s)")
     parser.add_argument("--env-id", default="milegpo/House-v0")
     parser.add_argument("--env-kwargs", type=env_kwargs_type, default={})
     parser.add_argument("--n-tasks", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--workers", default="0,1,2", help="comma list; 0 = in-process")
     parser.add_argument("--seconds", type=float, default=10.0, help="rollout time per configuration")
-    parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     rows = [measure(args.env_id, args.env_kwargs, int(w), args.n_tasks, args.group_size, args.seconds)
@@ -89,15 +86,14 @@ def main() -> None:
         print(f"{row['mode']:<11} {row['workers']:>7} {row['env_steps_per_s']:>12.1f} {row['resets_per_s']:>9.1f} "
               f"{row['startup_s']:>9.2f} {row['env_errors']:>6}")
 
-    results = json.loads(args.output.read_text()) if args.output.exists() else {}
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}
     results[args.env_id] = {
         "env_kwargs": args.env_kwargs, "n_tasks": args.n_tasks, "group_size": args.group_size,
         "seconds_per_config": args.seconds, "cpus": os.cpu_count(), "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_1min": harness.load_1min(), "rows": rows,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    harness.write_json(args.out, results)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ in float32 (this CPU), sampling at temperature 1.0:
 Results are appended under ``--label`` (e.g. ``hf-before``) to
 ``benchmarks/results/rollout_speed.json`` and the table is rewritten to ``rollout_speed.md``.
 
-    python benchmarks/rollout_speed.py --backend hf --label hf
-    python benchmarks/rollout_speed.py --backend vllm --label vllm
-    python benchmarks/rollout_speed.py --backend vllm --trust-sampler-logprobs --label "vllm, trusted log-probs"
+    python -m benchmarks.speed.rollout_speed --backend hf --label hf
+    python -m benchmarks.speed.rollout_speed --backend vllm --label vllm
+    python -m benchmarks.speed.rollout_speed --backend vllm --trust-sampler-logprobs --label "vllm, trusted log-probs"
 
 On a CPU the prompt prefill dominates (135M parameters x 2 FLOPs x every prompt token),
 so the trainer's recomputation of the behaviour log-probs costs about as much as the
@@ -29,13 +29,11 @@ import json
 import os
 import platform
 import statistics
-import time
-from pathlib import Path
 
 import numpy as np
 import torch as th
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks import harness
 
 
 def house_prompts(n: int) -> tuple[list[str], list[dict], list[list[tuple[str, str]]]]:
@@ -67,11 +65,10 @@ def measure_act(args: argparse.Namespace, model: str) -> dict[str, float]:
     observations, infos, histories = house_prompts(args.envs)
     times, tokens = [], []
     for call in range(args.repeats + 1):
-        start = time.perf_counter()
-        samples = policy.act(observations, infos, histories)
-        elapsed = time.perf_counter() - start
+        with harness.Stopwatch() as clock:
+            samples = policy.act(observations, infos, histories)
         if call:  # the first call warms up (and starts the vLLM engine)
-            times.append(elapsed)
+            times.append(clock.wall_s)
             tokens.append(sum(len(s.action_ids) for s in samples))
     getattr(policy, "close", lambda: None)()
     return {"act_s": statistics.median(times), "generated_tokens_per_s": sum(tokens) / sum(times),
@@ -97,7 +94,8 @@ def measure_rollout(args: argparse.Namespace, model: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "rollout_speed",
+                            "OUT: the results' path without its suffix (OUT.json, rows merged by setting; OUT.md)")
     parser.add_argument("--backend", default="hf", choices=("hf", "vllm"))
     parser.add_argument("--label", default=None, help="row name in the results (default: the backend)")
     parser.add_argument("--envs", type=int, default=32)
@@ -114,21 +112,20 @@ def main(argv: list[str] | None = None) -> dict:
 
     model = smollm2_path()
     row = {"label": args.label or args.backend, "backend": args.backend, "envs": args.envs,
-           "new_tokens": args.new_tokens, **measure_act(args, model)}
+           "new_tokens": args.new_tokens, **measure_act(args, model), "load_1min": harness.load_1min()}
     if not args.skip_rollout:
         row.update(measure_rollout(args, model))
-    out = RESULTS / "rollout_speed.json"
+    out = args.out.with_suffix(".json")
     report = json.loads(out.read_text()) if out.exists() else {"machine": platform.platform(), "rows": []}
     report["rows"] = [r for r in report["rows"] if (r["label"], r["envs"], r["new_tokens"]) !=
                       (row["label"], row["envs"], row["new_tokens"])] + [row]
-    out.write_text(json.dumps(report, indent=2) + "\n")
     lines = ["| setting | envs x new tokens | generated tok/s | s per act call | mean reply tokens | rollout s (House, "
              "horizon 2) |",
              "|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(f"| {r['label']} | {r['envs']} x {r['new_tokens']} | {r['generated_tokens_per_s']:.0f} | "
                      f"{r['act_s']:.1f} | {r['mean_reply_tokens']:.0f} | {r.get('rollout_s', float('nan')):.1f} |")
-    (RESULTS / "rollout_speed.md").write_text("\n".join(lines) + "\n")
+    harness.write_results(out, report, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return report
 

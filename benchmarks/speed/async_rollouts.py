@@ -35,14 +35,13 @@ seed, and the table gives the *training* throughput, env steps over the wall tim
 shorten), beside the rollout's own env steps/s, the update's seconds and the process CPU time,
 to ``benchmarks/results/async_staleness.{json,md}``.
 
-    python benchmarks/async_rollouts.py [--steps 2000] [--seeds 0 1 2]
-    python benchmarks/async_rollouts.py --learning [--steps 24000]
-    python benchmarks/async_rollouts.py --staleness-sweep [--latency 50] [--rollout lockstep]
+    python -m benchmarks.speed.async_rollouts [--steps 2000] [--seeds 0 1 2]
+    python -m benchmarks.speed.async_rollouts --learning [--steps 24000]
+    python -m benchmarks.speed.async_rollouts --staleness-sweep [--latency 50] [--rollout lockstep]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -50,6 +49,7 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,14 +57,14 @@ import numpy as np
 
 # Every env worker imports this module (it defines their env): what its top level imports, 32
 # workers import, so the trainer (torch, transformers) is imported where it is used.
+from benchmarks import harness
 from milegpo.config.presets import DEMO_PRESET
 from milegpo.envs.house import HouseEnv
 
 if TYPE_CHECKING:
     from milegpo import MileGPO
-    from milegpo.run.config import TrainConfig
+    from milegpo.config.run import TrainConfig
 
-RESULTS = Path(__file__).resolve().parent / "results"
 LATENCIES = [("fixed", 0), ("fixed", 20), ("fixed", 50), ("fixed", 200), ("exponential", 20), ("exponential", 50),
              ("exponential", 200)]
 LEARNING_LATENCY = ("exponential", 50)  # where async is ~2.9x as fast as lockstep
@@ -88,7 +88,7 @@ class LatencyHouse(HouseEnv):
 
 def demo_config() -> TrainConfig:
     """The CPU demo's resolved settings (its preset over the defaults)."""
-    from milegpo.run.config import resolve_config
+    from milegpo.config.run import resolve_config
 
     return resolve_config(DEMO_PRESET)
 
@@ -99,7 +99,7 @@ def held_out_success(model: MileGPO, seed: int) -> dict:
     by ``seed``: the demo's tiny policy has no memory and loops when greedy, so only sampled
     episodes tell what it learned. Returns the success rate, the episodes and how they were played."""
     from milegpo import make_vec_env
-    from milegpo.run.config import eval_task_seeds
+    from milegpo.config.run import eval_task_seeds
 
     config = demo_config().eval
     env = make_vec_env("milegpo/House-v0", n_tasks=config.n_tasks, group_size=config.copies,
@@ -131,25 +131,25 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
 
     factory = functools.partial(LatencyHouse, latency_ms=latency_ms, distribution=distribution, split="train")
     env = make_vec_env(factory, n_tasks=4, group_size=8, seed=seed, subprocess=True, n_workers=32)
-    load_start = os.getloadavg()[0]
-    cpu_start, wall_start = time.process_time(), time.perf_counter()
-    try:
-        model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, async_cohorts=cohorts, per_env_sampling=True,
-                        max_staleness=max_staleness,
-                        **preset_section(DEMO_PRESET, "algo"),
-                        policy_kwargs={"model": model_path, **preset_section(DEMO_PRESET, "policy")})
-        before = held_out_success(model, seed) if evaluate_before else None
-        calls = PolicyCallCounter(model)
-        with tempfile.TemporaryDirectory() as folder:
-            model.set_logger(configure(folder, ["csv"]))
-            learn_start = time.perf_counter()
-            model.learn(steps)
-            learn_s = time.perf_counter() - learn_start
-            rows = list(csv.DictReader(open(Path(folder) / "progress.csv")))
-        calls.stop()
-        after = held_out_success(model, seed)
-    finally:
-        env.close()
+    load_start = harness.load_1min()
+    with harness.Stopwatch() as whole:
+        try:
+            model = MileGPO("LLMPolicy", env, seed=seed, rollout=mode, async_cohorts=cohorts, per_env_sampling=True,
+                            max_staleness=max_staleness,
+                            **preset_section(DEMO_PRESET, "algo"),
+                            policy_kwargs={"model": model_path, **preset_section(DEMO_PRESET, "policy")})
+            before = held_out_success(model, seed) if evaluate_before else None
+            calls = PolicyCallCounter(model)
+            with tempfile.TemporaryDirectory() as folder:
+                model.set_logger(configure(folder, ["csv"]))
+                with harness.Stopwatch() as learning:
+                    model.learn(steps)
+                learn_s = learning.wall_s
+                rows = list(csv.DictReader(open(Path(folder) / "progress.csv")))
+            calls.stop()
+            after = held_out_success(model, seed)
+        finally:
+            env.close()
     speeds = [float(r["time/env_steps_per_s"]) for r in rows if r.get("time/env_steps_per_s")]
     rollout_s = sum(float(r["time/rollout_s"]) for r in rows if r.get("time/rollout_s"))
     update_s = sum(float(r["time/update_s"]) for r in rows if r.get("time/update_s"))
@@ -159,10 +159,10 @@ def run_one(distribution: str, latency_ms: int, mode: str, seed: int, steps: int
             "policy_calls": calls.calls, "policy_call_envs": calls.envs, "policy_call_s": calls.seconds,
             "env_steps_per_s": statistics.median(speeds), "rollout_s": rollout_s, "update_s": update_s,
             "learn_s": learn_s, "env_steps_per_learn_s": model.num_timesteps / learn_s, "policy_lags": lags,
-            "wall_s": time.perf_counter() - wall_start, "cpu_s": time.process_time() - cpu_start,
+            "wall_s": whole.wall_s, "cpu_s": whole.cpu_s,
             "held_out_success": after["success"], "held_out_episodes": after["episodes"],
             "held_out_sampling": after["sampling"], "held_out_success_before": before["success"] if before else None,
-            "load": [load_start, os.getloadavg()[0]]}
+            "load": [load_start, harness.load_1min()]}
 
 
 class PolicyCallCounter:
@@ -261,7 +261,7 @@ def learning_table(runs: list[dict]) -> str:
     """The markdown table of the learning comparison: per mode, held-out success seed by seed, the wall
     time of ``learn()`` to the budget and the env steps per second; then the paired difference of
     success (async - lockstep, seeds that have both) with its 95% t interval, and the speed-ups."""
-    from learning_efficiency import paired_difference
+    from benchmarks.learning_efficiency import paired_difference
 
     got = {mode: {r["seed"]: r for r in runs if r["mode"] == mode} for mode in ("lockstep", "async")}
     steps = runs[0]["steps"]
@@ -310,6 +310,13 @@ def run_meta(steps: int, policy: str, **settings: object) -> dict:
             "workers": 32, "policy": policy, **settings}
 
 
+def save(out: Path, meta: dict, runs: list[dict], table_of: Callable[[list[dict]], str]) -> None:
+    """The runs so far, as ``out``.json (with ``meta``) and the table ``table_of`` makes of them as ``out``.md;
+    the last run printed."""
+    harness.write_results(out, {"meta": meta, "runs": runs}, table_of(runs))
+    print(json.dumps(runs[-1]), flush=True)
+
+
 def learning(steps: int, seeds: list[int], model_path: str, policy: str, out: Path) -> None:
     """The learning comparison: lockstep then async within each seed at :data:`LEARNING_LATENCY`, each run
     written to ``out``'s JSON and table as soon as it ends."""
@@ -319,17 +326,15 @@ def learning(steps: int, seeds: list[int], model_path: str, policy: str, out: Pa
     for seed in seeds:
         for mode in ("lockstep", "async"):
             runs.append(run_one(distribution, latency, mode, seed, steps, model_path, evaluate_before=True))
-            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
-            out.with_suffix(".md").write_text(learning_table(runs))
-            print(json.dumps(runs[-1]), flush=True)
+            save(out, meta, runs, learning_table)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "async_rollouts",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md; the sweeps' files beside it)")
     parser.add_argument("--steps", type=int, help="env steps of each training run (default 2000; --learning: the "
                         "demo's run.total_timesteps)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", default=str(RESULTS / "async_rollouts"))
     parser.add_argument("--cohorts-sweep", action="store_true",
                         help="instead: fixed latencies (--latencies), lockstep and async with each of --cohorts "
                              "(algo.async_cohorts), to <out>_cohorts.{json,md}")
@@ -361,7 +366,7 @@ def main() -> None:
                             num_layers=args.num_layers, num_heads=args.num_heads)
     policy = (f"offline LM {args.hidden_size} wide, {args.num_layers} layers, {args.num_heads} heads (the cpu-demo's: "
               "32, 1, 2), the cpu-demo's policy settings (choose mode), 1 torch thread")
-    out = Path(args.out)
+    out = args.out
     runs: list[dict] = []
     if args.learning:
         learning(args.steps or demo_config().run.total_timesteps, args.seeds, model_path, policy,
@@ -375,9 +380,7 @@ def main() -> None:
             for staleness in (0, 1):
                 runs.append(run_one(args.distribution, args.latency, args.rollout, seed, args.steps, model_path,
                                     max_staleness=staleness))
-                out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
-                out.with_suffix(".md").write_text(staleness_table(runs))
-                print(json.dumps(runs[-1]), flush=True)
+                save(out, meta, runs, staleness_table)
         return
     if args.cohorts_sweep:
         out = out.with_name(out.name + "_cohorts")
@@ -386,18 +389,14 @@ def main() -> None:
             for seed in args.seeds:
                 for mode, cohorts in [("lockstep", None)] + [("async", c) for c in args.cohorts]:
                     runs.append(run_one("fixed", latency, mode, seed, args.steps, model_path, cohorts))
-                    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
-                    out.with_suffix(".md").write_text(cohort_table(runs))
-                    print(json.dumps(runs[-1]), flush=True)
+                    save(out, meta, runs, cohort_table)
         return
     meta = run_meta(args.steps, policy)
     for distribution, latency in LATENCIES:
         for seed in args.seeds:
             for mode in ("lockstep", "async"):
                 runs.append(run_one(distribution, latency, mode, seed, args.steps, model_path))
-                out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=2) + "\n")
-                out.with_suffix(".md").write_text(table(runs))
-                print(json.dumps(runs[-1]), flush=True)
+                save(out, meta, runs, table)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """How large ``milegpo inspect``'s report of the 24,000-step demo run is, how fast it opens in
 headless Chromium, how large a kept batch is per 1,000 steps, and how a group of 1,000+ states draws.
 
-    python benchmarks/inspect_report.py [--run-dir RUN] [--screenshot docs/training/inspect-report.png]
+    python -m benchmarks.speed.inspect_report [--run-dir RUN] [--screenshot docs/training/inspect-report.png]
 
 ``RUN`` is a finished run of ``milegpo train`` with no arguments (the cpu-demo preset: 24,000 env
 steps, batches kept every 10 iterations and the last); without it the demo is trained first into a
@@ -14,7 +14,6 @@ drawn (its last kept iteration's first group laid out), as the page itself measu
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -22,15 +21,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from milegpo.credit import StepBatch
 from milegpo.credit.batch import save_step_batch
 from milegpo.inspect import kept_iterations, load_kept, write_report
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -39,11 +37,11 @@ OPENS = 7
 
 def train_demo(folder: Path) -> tuple[Path, float]:
     """``milegpo train`` with no arguments (its run folder under ``folder``) and its wall time."""
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "milegpo", "train", "--no-progress-bar"], cwd=folder, check=True,
-                   stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    with harness.Stopwatch() as clock:
+        subprocess.run([sys.executable, "-m", "milegpo", "train", "--no-progress-bar"], cwd=folder, check=True,
+                       stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
     [run] = list((folder / "runs").iterdir())
-    return run, time.perf_counter() - started
+    return run, clock.wall_s
 
 
 def kept_sizes(run: Path, scratch: Path) -> list[dict[str, Any]]:
@@ -149,7 +147,8 @@ def screenshot(browser: Any, report: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, harness.RESULTS / "inspect_report",
+                            "OUT: the results' path without its suffix (OUT.json, OUT.md)")
     parser.add_argument("--run-dir", type=Path, default=None, help="a finished demo run (default: train one)")
     parser.add_argument("--screenshot", type=Path, default=None, help="also write the docs' screenshot (PNG) here")
     args = parser.parse_args()
@@ -159,15 +158,15 @@ def main() -> None:
         scratch = Path(scratch_dir)
         run, train_s = (args.run_dir, None) if args.run_dir else train_demo(scratch)
         config = json.loads((run / "config.json").read_text())
-        started = time.perf_counter()
-        report = write_report(run, scratch / "report.html")
-        write_s = time.perf_counter() - started
+        with harness.Stopwatch() as writing:
+            report = write_report(run, scratch / "report.html")
+        write_s = writing.wall_s
         report_bytes = report.stat().st_size
         kept = kept_sizes(run, scratch)
         with sync_playwright() as playwright:
-            launched = time.perf_counter()
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            launch_s = time.perf_counter() - launched
+            with harness.Stopwatch() as launching:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            launch_s = launching.wall_s
             opens = open_times(browser, report, OPENS)
             clicks = interactions(browser, report, [k["iteration"] for k in kept])
             big = [big_graph(browser, scratch, states) for states in (1_000, 5_000)]
@@ -188,9 +187,7 @@ def main() -> None:
         "kept_bytes_per_1000_steps": 1000 * sum(k["bytes"] for k in kept) / sum(steps),
         "large_groups": big,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "inspect_report.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "inspect_report.md").write_text(markdown(result))
+    harness.write_results(args.out, result, markdown(result), indent=1)
     print(markdown(result))
 
 
