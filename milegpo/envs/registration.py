@@ -26,9 +26,7 @@ working directory (a module file beside you is found by the ``milegpo`` command 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -36,9 +34,13 @@ from types import ModuleType
 from typing import Any, cast
 
 import gymnasium as gym
-from gymnasium.envs.registration import EnvCreator, load_env_creator
+from gymnasium.envs.registration import load_env_creator
 
 from milegpo.envs.core import TextEnv
+from milegpo.envs.registry import UnknownEnvError, register_env
+from milegpo.envs.user_modules import env_module_folder as env_module_folder
+from milegpo.envs.user_modules import import_user_module, user_module_error
+from milegpo.envs.user_modules import remember_module_dir as remember_module_dir
 
 TWX_GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder")
 
@@ -61,28 +63,6 @@ ENTRY_POINT_GROUP = "milegpo.envs"
 _entry_points_loaded = False
 
 
-class UnknownEnvError(KeyError):
-    """Raised for an env id that is not registered; the message lists the known ids."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
-
-
-def register_env(env_id: str, entry_point: str | type[TextEnv], **kwargs: Any) -> None:
-    """Register a :class:`TextEnv` under ``env_id`` (e.g. ``"myorg/Maze-v0"``).
-
-    ``entry_point`` is a class or a ``"module:Class"`` string; ``kwargs`` become
-    the env's default constructor arguments. Registering an id twice replaces it.
-    """
-    if isinstance(entry_point, type) and not issubclass(entry_point, TextEnv):
-        raise TypeError(f"{entry_point.__name__} must subclass milegpo.envs.TextEnv")
-    if env_id in gym.registry:
-        del gym.registry[env_id]
-    # a TextEnv class is an EnvCreator (called with its keyword arguments); its typed signature is narrower
-    creator = entry_point if isinstance(entry_point, str) else cast(EnvCreator, entry_point)
-    gym.register(id=env_id, entry_point=creator, kwargs=kwargs, disable_env_checker=True, order_enforce=False)
-
-
 def registered_env_ids() -> list[str]:
     """The ids of all registered text envs (library and user-registered)."""
     ids = []
@@ -102,7 +82,7 @@ def resolve_env_id(env_id: str) -> str:
     if ":" in env_id:
         if env_id in gym.registry:  # a module:ClassName or hub id registered earlier
             return env_id
-        from milegpo.envs.hubs import register_hub_env  # here: the hubs' adapters register through this module
+        from milegpo.envs.hubs import register_hub_env  # here, not at the top: the hubs' adapters import torch
 
         if register_hub_env(env_id):  # textarena:, gem:, openenv:, verifiers: (the prefixes are the hubs', not modules)
             return env_id
@@ -146,90 +126,6 @@ def _registered_defaults(env_class: type[TextEnv], env_id: str) -> dict[str, Any
               f"{module}:{sorted(registered)[0]}) for its defaults", file=sys.stderr)
         return {}
     return next(iter(registered.values()), {})
-
-
-#: folders user modules were imported from that are not on ``sys.path`` by themselves (the working directory
-#: of a ``milegpo`` command, a run's recorded ``env.module_dir``), in the order they are tried
-_module_dirs: list[str] = []
-
-
-def remember_module_dir(folder: str) -> None:
-    """Try ``folder`` too when a user's module is not installed (a run's ``env.module_dir``: the folder its env
-    module was imported from, so eval, resume, export and serve of the run work from any directory)."""
-    folder = os.path.abspath(folder)
-    if folder not in _module_dirs:
-        _module_dirs.append(folder)
-
-
-def env_module_folder(env_id: str) -> str | None:
-    """The folder the user's module named in ``env_id`` (``module:ClassName``, ``openenv:module:Class``,
-    ``verifiers:module``) was imported from, when it is no installed package; None otherwise or before import."""
-    prefix, _, rest = env_id.partition(":")
-    for name in dict.fromkeys([prefix, rest.rpartition(":")[0] or rest, rest]):
-        module = sys.modules.get(name)
-        folder = _source_folder(module) if module is not None else None
-        if folder is not None:
-            return folder
-    return None
-
-
-def _source_folder(module: ModuleType) -> str | None:
-    """The ``sys.path`` folder an imported module's top-level package or file lies in, when it is no installed
-    package (not under the interpreter's prefixes: site-packages, the standard library); else None."""
-    top = sys.modules.get(module.__name__.split(".")[0], module)
-    location = getattr(top, "__file__", None)
-    if location is None:
-        return None
-    location = os.path.abspath(location)
-    root = os.path.dirname(os.path.dirname(location) if os.path.basename(location) == "__init__.py" else location)
-    installed = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    return None if any(root == p or root.startswith(p + os.sep) for p in installed) else root
-
-
-def import_user_module(module: str) -> ModuleType:
-    """Import ``module`` as ``python -m`` and ``python script.py`` would: from the installed packages, else
-    from the working directory (the ``milegpo`` console script does not put it on ``sys.path``), else from
-    the folders :func:`remember_module_dir` was given. The modules users name: a ``module:...`` env id's,
-    and the hubs' (``openenv:module:Class``, ``verifiers:module``). Raises the ``ImportError`` of the
-    first try."""
-    try:
-        imported = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module.split(".")[0]:  # a module it imports is missing
-            raise
-        first = exc
-    else:
-        folder = _source_folder(imported)
-        if folder is not None:  # a user's module on sys.path already (python -m, PYTHONPATH): where it came from
-            remember_module_dir(folder)
-        return imported
-    for folder in dict.fromkeys([os.getcwd(), *_module_dirs]):
-        if folder in sys.path:  # tried already
-            continue
-        sys.path.insert(0, folder)
-        try:
-            imported = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            sys.path.remove(folder)
-            if exc.name != module.split(".")[0]:
-                raise
-            continue
-        except ImportError:
-            sys.path.remove(folder)
-            raise
-        remember_module_dir(_source_folder(imported) or folder)
-        return imported
-    raise first
-
-
-def user_module_error(module: str, what: str, exc: ImportError) -> UnknownEnvError:
-    """The one-line error for a user's ``module`` that :func:`import_user_module` could not import (``what``
-    says whose module it is): where it was looked for, and what the import raised."""
-    missing = isinstance(exc, ModuleNotFoundError) and exc.name == module.split(".")[0]
-    others = [folder for folder in _module_dirs if folder != os.getcwd()]
-    also = f" or {' or '.join(others)}" if others else ""
-    where = f" from the installed packages or the working directory {os.getcwd()}{also}" if missing else ""
-    return UnknownEnvError(f"cannot import {module!r}, {what},{where} ({type(exc).__name__}: {exc})")
 
 
 def _import_env_module(module: str, env_id: str) -> ModuleType:

@@ -31,7 +31,7 @@ from milegpo.envs.hubs.openenv import OpenEnvEnv, OpenEnvToolEnv, check_openenv_
 from milegpo.envs.hubs.textarena import TextArenaEnv, check_textarena_game
 from milegpo.envs.hubs.tools import ToolEnv
 from milegpo.envs.hubs.verifiers import VerifiersEnv, VerifiersToolEnv, check_verifiers_id, make_verifiers_env
-from milegpo.envs.registration import register_env
+from milegpo.envs.registry import register_env
 
 #: prefix -> (adapter or a function making one, the keyword argument that takes the hub's id)
 HUBS: dict[str, tuple[Callable[..., HubEnv], str]] = {

@@ -26,7 +26,7 @@ from typing import Any
 
 from milegpo.envs.core import normalize_text
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, import_hub
-from milegpo.envs.registration import UnknownEnvError
+from milegpo.envs.registry import UnknownEnvError
 
 INSTALL_HINT = ('pip install --no-deps gem-llm==0.1.0 reasoning-gym==0.1.23 && pip install "milegpo[gem]"  '
                 "(gem-llm's own pins would replace omegaconf's antlr4 runtime)")

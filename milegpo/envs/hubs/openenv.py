@@ -38,7 +38,8 @@ from typing import Any
 
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, hashed_key, import_hub
 from milegpo.envs.hubs.tools import ToolEnv
-from milegpo.envs.registration import UnknownEnvError, import_user_module, user_module_error
+from milegpo.envs.registry import UnknownEnvError
+from milegpo.envs.user_modules import import_user_module, user_module_error
 
 INSTALL_HINT = 'pip install --no-deps openenv-core==0.3.0 && pip install "milegpo[openenv]"'
 _RESERVED = ("done", "reward", "metadata")

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, hashed_key, import_hub
-from milegpo.envs.registration import UnknownEnvError
+from milegpo.envs.registry import UnknownEnvError
 
 INSTALL_HINT = 'pip install "milegpo[textarena]"  (or: pip install textarena==0.7.4)'
 

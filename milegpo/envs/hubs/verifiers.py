@@ -46,7 +46,7 @@ from typing import Any
 from milegpo.envs.core import normalize_text
 from milegpo.envs.hubs.base import NO_OBSERVATION, HubEnv, import_hub
 from milegpo.envs.hubs.tools import ToolEnv
-from milegpo.envs.registration import import_user_module, user_module_error
+from milegpo.envs.user_modules import import_user_module, user_module_error
 from milegpo.policies.tools import read_tool_calls
 
 INSTALL_HINT = ('pip install --no-deps verifiers==0.2.0 openai-agents==0.24.0 && pip install "milegpo[verifiers]"  '
