@@ -8,7 +8,8 @@ milegpo's patches, so the hook only leaves a finder on ``sys.meta_path``; when (
 :mod:`~milegpo.integrations.verl.install`, which patches that module the moment its code
 has run.
 
-This module imports nothing but the standard library, and the entry point hands Ray the
+This module imports nothing but the standard library (and the module names of
+:mod:`~milegpo.integrations.verl.targets`, which imports nothing), and the entry point hands Ray the
 hook as a function pickled by value (:func:`hook_for_ray`), so a worker runs it without
 importing milegpo at all: importing milegpo imports numpy, which alone adds about 0.3 s
 to a Ray worker's start (benchmarks/results/verl_setup_hook.md). Registered by its import
@@ -25,8 +26,8 @@ from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-#: where verl-agent's trainer lives
-TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
+from milegpo.integrations.verl.targets import TRAINER_MODULE
+
 #: the import path of :func:`setup_worker`
 HOOK = "milegpo.integrations.verl.hook.setup_worker"
 #: the env var through which a user's own setup hook (``module.function``) reaches :func:`setup_worker`

@@ -35,14 +35,12 @@ from types import ModuleType
 from typing import Any
 
 from milegpo.integrations.verl.estimator import compute_advantage, configure
-from milegpo.integrations.verl.hook import TRAINER_MODULE
 from milegpo.integrations.verl.settings import ESTIMATORS, settings_from_config
 from milegpo.integrations.verl.steps import annotate_rollout
+from milegpo.integrations.verl.targets import COLLECTOR_MODULE, TRAINER_MODULE
 
 #: the attribute marking a patched function; it holds the original
 _ORIGINAL = "__milegpo_original__"
-#: where verl-agent's collector lives (the trainer: :data:`~milegpo.integrations.verl.hook.TRAINER_MODULE`)
-COLLECTOR_MODULE = "agent_system.multi_turn_rollout.rollout_loop"
 
 
 def _original(function: Callable[..., Any]) -> Callable[..., Any]:
