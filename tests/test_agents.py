@@ -278,7 +278,7 @@ def test_the_tiny_models_vocabulary_holds_what_the_program_shows(tmp_path: Path)
 def test_a_request_does_not_wait_for_a_delayed_ack() -> None:
     """The endpoint's listening socket names TCP, so asyncio turns Nagle's algorithm off on its connections: a small
     request and its reply do not wait ~40 ms for a delayed ACK (40 agent steps took ~2 s before, ~0.1 s after:
-    benchmarks/agent_rollouts.py). Checked on the socket itself, not by timing."""
+    benchmarks/integrations/agent_rollouts.py). Checked on the socket itself, not by timing."""
     import socket
 
     from milegpo.serve.server import bind
