@@ -23,11 +23,11 @@ from milegpo import MileGPO
 from milegpo.agents import STATE_KEY_HEADER, AgentEnv, AgentNeverCalledModel, AgentRaised
 from milegpo.agents import requests as agent_requests
 from milegpo.agents.env import EMPTY_REPLY
-from milegpo.agents.policy_step import answer_requests
 from milegpo.agents.server import agent_server
 from milegpo.envs import make_vec_env
 from milegpo.envs.core import TextSpace
 from milegpo.policies import LLMPolicy, tiny_model
+from milegpo.policies.chat_requests import answer_requests
 from milegpo.policies.sample import ActionSample, Turn
 from milegpo.policies.tools import TOOL_CHAT_TEMPLATE
 

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from milegpo.policies.chat_messages import chat_messages
 from milegpo.policies.parsing import action_parser
+from milegpo.policies.replies import make_reply
 from milegpo.policies.sampling import Completion
 from milegpo.policies.tiny import EOS, build_word_tokenizer
 from milegpo.serve.engine import Generation
 from milegpo.serve.errors import APIError
-from milegpo.serve.messages import chat_messages
-from milegpo.serve.replies import make_reply
 from milegpo.serve.request import parse_chat_request
 from milegpo.serve.response import completion_body, message
 

@@ -5,9 +5,10 @@ the ``openai`` client, an OpenAI Agents SDK agent, a verifiers harness, ...) a s
 every chat completion the program sends through ``client`` is one step, answered by the policy
 being trained, and the program's return value is the episode's reward. The modules, one job each:
 ``env`` (the env), ``server`` (the per-process endpoint, a session per episode), ``session`` (one
-episode's program run), ``requests`` (checking a request), ``replies`` (the reply as action and as
-JSON), ``conversation`` (observations and state keys), ``policy_step`` (the policy's side of a step),
-``errors`` (the faults of a program). Serving needs ``pip install 'milegpo[agents]'``.
+episode's program run), ``requests`` (checking a request), ``replies`` (the reply as JSON),
+``conversation`` (observations and state keys), ``errors`` (the faults of a program). The policy's side
+of a step (the prompt from a request's messages, the reply as the env's action) is
+:mod:`milegpo.policies.chat_requests`. Serving needs ``pip install 'milegpo[agents]'``.
 """
 
 from milegpo.agents.conversation import STATE_KEY_HEADER

@@ -8,7 +8,7 @@ agent server, :mod:`milegpo.agents.server`). The env maps the program onto the t
   returns when its first chat completion request arrives; the K copies of a group play one task.
 * **step = request.** The request's messages and tools are the step's prompt: they reach the policy
   in ``info["agent_request"]`` and the policy samples from exactly their prompt ids
-  (:mod:`milegpo.agents.policy_step`); the request says whether it continues the one answered before
+  (:mod:`milegpo.policies.chat_requests`); the request says whether it continues the one answered before
   (:func:`~milegpo.agents.conversation.continuation`), so the policy can append to that step's ids.
   ``step(action)`` answers the pending request with that reply and returns when the program's next
   request arrives (reward 0) or when the program returns (the episode ends, reward = its return value,
@@ -34,11 +34,11 @@ from typing import Any
 
 from milegpo.agents import conversation
 from milegpo.agents.errors import AgentNeverCalledModel, AgentRaised
-from milegpo.agents.policy_step import AGENT_REQUEST, CONTINUES
-from milegpo.agents.replies import read_reply
 from milegpo.agents.server import agent_server
 from milegpo.agents.session import Finished, Pending, Program, Raised, Rubric, Session
 from milegpo.envs.core import TextEnv
+from milegpo.policies.chat_requests import AGENT_REQUEST, CONTINUES
+from milegpo.policies.replies import read_reply
 from milegpo.serve.response import message
 
 logger = logging.getLogger("milegpo.agents")
@@ -115,7 +115,7 @@ class AgentEnv(TextEnv):
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._session is not None and self._pending is not None  # TextEnv.step: only within an episode
         reply = read_reply(action)
-        self._session.answer(reply)  # nothing when the policy delivered it already
+        self._session.answer(reply)  # nothing when send_action delivered it already
         answered = {**self._request, "reply": message(reply)} if self._request is not None else None
         self._release()
         event = self._next_event()
@@ -150,8 +150,8 @@ class AgentEnv(TextEnv):
         return self._key
 
     def info_extras(self) -> dict[str, Any]:
-        """``agent_request``: the pending request's messages and tools, the prompt the policy acts on (one object
-        per request: a policy in this process delivers its reply at once, :mod:`milegpo.agents.policy_step`)."""
+        """``agent_request``: the pending request's messages and tools, the prompt the policy acts on
+        (:mod:`milegpo.policies.chat_requests`)."""
         return {} if self._request is None else {AGENT_REQUEST: self._request}
 
     def close(self) -> None:
@@ -207,14 +207,11 @@ class AgentEnv(TextEnv):
         self._pending = pending
         self._request = {"messages": pending.messages, "tools": pending.tools,
                          CONTINUES: conversation.continuation(answered, pending.messages, pending.tools)}
-        agent_server().awaiting[id(self._request)] = (self._request, self._session)
         self._key = conversation.state_key(pending.messages, pending.state_key)
         return conversation.observation(pending.messages)
 
     def _release(self) -> None:
         """The current request is answered: forget it."""
-        if self._request is not None:
-            agent_server().awaiting.pop(id(self._request), None)
         self._pending, self._request = None, None
 
     def _end_session(self) -> None:

@@ -20,10 +20,8 @@ import asyncio
 import secrets
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
-from milegpo.agents.replies import read_reply
 from milegpo.agents.session import Session
 from milegpo.serve.errors import APIError
 
@@ -44,8 +42,6 @@ class AgentServer:
         from milegpo.serve.server import bind
 
         self.sessions: dict[str, Session] = {}
-        #: the requests the envs of this process hold, by the identity of their ``info["agent_request"]``
-        self.awaiting: dict[int, tuple[Mapping[str, Any], Session]] = {}
         self.loop = asyncio.new_event_loop()
         import openai
 
@@ -55,7 +51,7 @@ class AgentServer:
         sock = bind(host, 0)
         sock.listen(2048)
         self.url = f"http://{host}:{sock.getsockname()[1]}"
-        config = uvicorn.Config(build_app(self), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(build_app(self.session), log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, args=(sock,), name="milegpo-agents", daemon=True)
         self._thread.start()
@@ -102,13 +98,3 @@ def agent_server() -> AgentServer:
         if _server is None:
             _server = AgentServer()
         return _server
-
-
-def deliver_early(request: Mapping[str, Any], action: str) -> None:
-    """Answer ``request`` (an ``info["agent_request"]`` an env of this process gave) with ``action`` now: every
-    program of the batch goes on at once instead of one after the other as the vec env steps its envs, and
-    the env's own step then sends nothing again. A request from an env in another process (a worker's: a
-    copy, not the object the env holds) is answered by its env's step."""
-    held = _server.awaiting.pop(id(request), None) if _server is not None else None
-    if held is not None and held[0] is request:
-        held[1].answer(read_reply(action))

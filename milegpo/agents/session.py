@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milegpo.agents.errors import AgentTimedOut
+from milegpo.policies.replies import Reply
 from milegpo.serve.errors import APIError
-from milegpo.serve.replies import Reply
 from milegpo.serve.response import message
 
 #: an agent program: ``async def program(client, task) -> reward`` (None when a rubric scores the episode)
@@ -101,8 +101,8 @@ class Session:
         return event
 
     def answer(self, reply: Reply) -> None:
-        """Send the policy's reply to the request the env holds (the last :meth:`next_event`); once: a reply the
-        policy delivered early (:func:`~milegpo.agents.server.deliver_early`) is not sent again by the env."""
+        """Send the policy's reply to the request the env holds (the last :meth:`next_event`); once: a reply sent
+        ahead of the step (:meth:`~milegpo.agents.env.AgentEnv.send_action`) is not sent again by the step."""
         pending, self.waiting = self.waiting, None
         if pending is None:
             return

@@ -39,6 +39,7 @@ from milegpo.config import PolicyConfig
 from milegpo.config.fields import to_dict, with_overrides
 from milegpo.policies.adapter_files import AdapterFilesMixin
 from milegpo.policies.candidate_scoring import candidate_scores
+from milegpo.policies.chat_requests import AGENT_REQUEST, answer_requests, request_prompt
 from milegpo.policies.conversation import single_pass_logprobs
 from milegpo.policies.model import load_lora_model, merged_forwards
 from milegpo.policies.optim import resolve_optimizer_class
@@ -159,11 +160,9 @@ class LLMPolicy(AdapterFilesMixin):
     # ---------------------------------------------------------------- prompts
     def build_prompt(self, observation: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]]) -> list[int]:
         """Prompt token ids for one env (task from ``info["task"]``, commands from ``info``); an agent program's
-        step (``info["agent_request"]``, :mod:`milegpo.agents`): its request's own messages."""
-        if info.get("agent_request") is not None:
-            from milegpo.agents.policy_step import request_prompt
-
-            return request_prompt(self, info["agent_request"], history)
+        step (``info["agent_request"]``, :mod:`milegpo.policies.chat_requests`): its request's own messages."""
+        if info.get(AGENT_REQUEST) is not None:
+            return request_prompt(self, info[AGENT_REQUEST], history)
         if self.chat is not None:
             return self.chat.build(str(info.get("task", "")), str(observation), history, info)
         commands = info.get("admissible_commands")
@@ -259,9 +258,7 @@ class LLMPolicy(AdapterFilesMixin):
                     return self._choose(prompts, infos, deterministic, sample_seeds)
                 samples = self._generate(prompts, [str(i.get("action_format", "tags")) for i in infos], deterministic,
                                          sample_seeds)
-                if any(i.get("agent_request") is not None for i in infos):  # replies to agent programs' requests
-                    from milegpo.agents.policy_step import answer_requests
-
+                if any(i.get(AGENT_REQUEST) is not None for i in infos):  # replies to agent programs' requests
                     answer_requests(self, samples, infos)
                 return samples
         finally:

@@ -6,7 +6,7 @@ ids (:meth:`ChatPromptBuilder.encode <milegpo.policies.prompts.ChatPromptBuilder
 rendered as in training), the policy's own sampler (:attr:`LLMPolicy.sampler
 <milegpo.policies.LLMPolicy.sampler>`: the HF sampler, or the vLLM one when the policy was
 configured with it) generates from those ids, and the reply is read back from the generated ids
-(:mod:`milegpo.serve.replies`). At temperature 0 a reply is the policy's own greedy generation.
+(:mod:`milegpo.policies.replies`). At temperature 0 a reply is the policy's own greedy generation.
 
 Generation runs on one worker thread (:attr:`ChatEngine.executor`), one request at a time: the
 web server's event loop stays free to take requests, and a reply never depends on which other
@@ -24,10 +24,10 @@ import torch as th
 
 from milegpo.policies.model import forward_model, merged_forwards
 from milegpo.policies.parsing import action_parser
+from milegpo.policies.replies import Reply, make_reply
 from milegpo.policies.tools import renders_tools
 from milegpo.policies.vllm_sampler import VLLMSampler
 from milegpo.serve.errors import APIError
-from milegpo.serve.replies import Reply, make_reply
 from milegpo.serve.request import ChatRequest, parse_chat_request
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from milegpo.policies.chat_messages import MessageError, chat_messages
 from milegpo.serve.errors import APIError
-from milegpo.serve.messages import chat_messages
 
 #: most replies one request may ask for (``n``)
 MAX_N = 16
@@ -35,7 +35,7 @@ SUPPORTED = frozenset({"model", "messages", "tools", "tool_choice", "temperature
 class ChatRequest:
     """What a chat completion asks for, checked.
 
-    :param messages: the conversation as the chat template renders it (:mod:`milegpo.serve.messages`).
+    :param messages: the conversation as the chat template renders it (:mod:`milegpo.policies.chat_messages`).
     :param tools: the function schemas to render into the prompt and to read calls for (None: no tools,
         or ``tool_choice="none"``).
     :param temperature: the sampling temperature; 0 is greedy decoding.
@@ -72,7 +72,8 @@ def parse_chat_request(body: Any, model_name: str, default_temperature: float, n
 
     :param model_name: the served model's name: ``model`` must be it.
     :param default_temperature: the temperature of a request that gives none (the policy's own).
-    :param native_tools: the tokenizer's own chat template renders tools (:func:`chat_messages`).
+    :param native_tools: the tokenizer's own chat template renders tools
+        (:func:`~milegpo.policies.chat_messages.chat_messages`).
     """
     if not isinstance(body, dict):
         raise APIError("the request body must be a JSON object")
@@ -97,8 +98,12 @@ def parse_chat_request(body: Any, model_name: str, default_temperature: float, n
     if not isinstance(stream_options, dict):
         raise APIError("stream_options must be an object such as {\"include_usage\": true}", param="stream_options")
     temperature = _number(body, "temperature", 0.0, 2.0)
+    try:
+        messages = chat_messages(body["messages"], native_tools)
+    except MessageError as exc:
+        raise APIError(str(exc), param=exc.param) from None
     return ChatRequest(
-        messages=chat_messages(body["messages"], native_tools), tools=tools,
+        messages=messages, tools=tools,
         temperature=default_temperature if temperature is None else temperature, max_tokens=max_tokens,
         n=_integer(body, "n", 1, MAX_N) or 1, stop=_stop(body.get("stop")), seed=_integer(body, "seed", 0),
         logprobs=logprobs, top_logprobs=top_logprobs, stream=_flag(body, "stream"),

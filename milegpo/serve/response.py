@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from milegpo.policies.replies import Reply
 from milegpo.serve.engine import Generation
-from milegpo.serve.replies import Reply
 from milegpo.serve.request import ChatRequest
 
 

@@ -13,6 +13,9 @@ brought to that form:
   a tokenizer whose own template renders tools, as the ``tool_calls`` list that template reads (its
   arguments as a JSON object);
 * a ``tool`` message (a call's result) keeps its content, as training's tool results do.
+
+A message that cannot be brought to that form raises :class:`MessageError` naming it (``milegpo serve``
+answers it with a 400, :func:`milegpo.serve.request.parse_chat_request`).
 """
 
 from __future__ import annotations
@@ -20,30 +23,36 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from milegpo.serve.errors import APIError
-
 #: the roles a request may use, and how each is rendered
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
+class MessageError(ValueError):
+    """A request's message the chat template cannot render; ``param`` is the field at fault (``messages[2].role``)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
 def chat_messages(messages: Any, native_tools: bool) -> list[dict[str, Any]]:
-    """The chat-template messages of a request's ``messages`` (``APIError`` naming the first bad one).
+    """The chat-template messages of a request's ``messages`` (:class:`MessageError` naming the first bad one).
 
     :param native_tools: the tokenizer's own template renders tools (and the ``tool_calls`` of past
         assistant messages); otherwise past calls are written into the assistant's text.
     """
     if not isinstance(messages, list) or not messages:
-        raise APIError("messages must be a non-empty list of {role, content} objects", param="messages")
+        raise MessageError("messages must be a non-empty list of {role, content} objects", param="messages")
     return [_message(message, index, native_tools) for index, message in enumerate(messages)]
 
 
 def _message(message: Any, index: int, native_tools: bool) -> dict[str, Any]:
     where = f"messages[{index}]"
     if not isinstance(message, dict):
-        raise APIError(f"{where} must be an object with a role and a content", param=where)
+        raise MessageError(f"{where} must be an object with a role and a content", param=where)
     role = message.get("role")
     if role not in ROLES:
-        raise APIError(f"{where}.role is {role!r}: give one of {sorted(ROLES)}", param=f"{where}.role")
+        raise MessageError(f"{where}.role is {role!r}: give one of {sorted(ROLES)}", param=f"{where}.role")
     calls = message.get("tool_calls") if role == "assistant" else None
     content = _content(message.get("content"), where, allow_none=bool(calls))
     rendered: dict[str, Any] = {"role": ROLES[role], "content": content}
@@ -70,23 +79,23 @@ def _content(content: Any, where: str, allow_none: bool) -> str:
         for k, part in enumerate(content):
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise APIError(f"{where}.content[{k}] is a {kind!r} part: the policy reads text only "
+                raise MessageError(f"{where}.content[{k}] is a {kind!r} part: the policy reads text only "
                                "({\"type\": \"text\", \"text\": ...} parts or a string)", param=f"{where}.content")
             texts.append(part["text"])
         return "\n".join(texts)
-    raise APIError(f"{where}.content must be a string or a list of text parts, got {type(content).__name__}",
+    raise MessageError(f"{where}.content must be a string or a list of text parts, got {type(content).__name__}",
                    param=f"{where}.content")
 
 
 def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     """``[{"name", "arguments": {...}}]`` of an assistant message's OpenAI ``tool_calls``."""
     if not isinstance(calls, list):
-        raise APIError(f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
+        raise MessageError(f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
     plain = []
     for k, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not (isinstance(function, dict) and isinstance(function.get("name"), str)):
-            raise APIError(f"{where}.tool_calls[{k}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
+            raise MessageError(f"{where}.tool_calls[{k}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
                            "\"arguments\"}}}}", param=f"{where}.tool_calls")
         arguments = function.get("arguments", "{}")
         try:
@@ -94,7 +103,7 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         except ValueError:
             arguments = None
         if not isinstance(arguments, dict):
-            raise APIError(f"{where}.tool_calls[{k}].function.arguments must be a JSON object (as a string)",
+            raise MessageError(f"{where}.tool_calls[{k}].function.arguments must be a JSON object (as a string)",
                            param=f"{where}.tool_calls")
         plain.append({"name": function["name"], "arguments": arguments})
     return plain

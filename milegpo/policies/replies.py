@@ -6,11 +6,17 @@ of the request's ``stop`` strings (its tokens and log-probs with it: the sampler
 ends only, so a stop string cuts what it generated past it), its text decoded as the policy
 decodes it (special tokens skipped), and, when the request gave tools, its tool calls read by the
 parser training uses (:func:`~milegpo.policies.parsing.action_parser` with ``"tools"``).
+
+``milegpo serve`` sends a reply as OpenAI's JSON (:mod:`milegpo.serve.response`); the policy's reply to an
+agent program's request is an env action (:func:`reply_action`), read back by the env (:func:`read_reply`):
+the reply as canonical JSON, ``{"content": ..., "finish_reason": ..., "tool_calls": [...]}`` (sorted keys, no
+token ids), so equal replies are equal actions, as the credit's graphs need.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,3 +88,27 @@ def _content_beside_calls(text: str, tokenizer: Any) -> str | None:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return (content.strip() or None) if isinstance(content, str) else None
+
+
+def reply_action(reply: Reply) -> str:
+    """The env action of a reply: its content, finish reason and tool calls as canonical JSON."""
+    action: dict[str, Any] = {"content": reply.content, "finish_reason": reply.finish_reason}
+    if reply.tool_calls:
+        action["tool_calls"] = reply.tool_calls
+    return json.dumps(action, sort_keys=True)
+
+
+def read_reply(action: str) -> Reply:
+    """The reply an action describes; any other text (an env stepped by hand, a random action of a
+    checker) is a plain reply with that text as its content."""
+    try:
+        fields = json.loads(action)
+    except (ValueError, RecursionError):
+        fields = None
+    calls = fields.get("tool_calls", []) if isinstance(fields, dict) else None
+    if not (isinstance(fields, dict) and set(fields) <= {"content", "finish_reason", "tool_calls"}
+            and isinstance(fields.get("content"), (str, type(None))) and isinstance(calls, list)
+            and fields.get("finish_reason") in ("stop", "length", "tool_calls")):
+        return Reply([], np.zeros(0, dtype=np.float32), action, action, [], "stop")
+    content = fields["content"]
+    return Reply([], np.zeros(0, dtype=np.float32), content or "", content, calls, fields["finish_reason"])

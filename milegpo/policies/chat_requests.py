@@ -1,23 +1,29 @@
-"""The policy's side of an agent step: the prompt is the request's own messages, the action its reply.
+"""The policy's side of a step whose prompt is a chat request (an agent program's): the prompt is the
+request's own messages, the action its reply.
 
 An :class:`~milegpo.agents.AgentEnv` step carries the program's pending request in
-``info["agent_request"]`` (``{"messages": [...], "tools": [...] | None, "continues": ...}``, the messages as
-the program sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt from those messages
-alone (:func:`request_prompt`: serve's message conversion and the policy's chat template, as ``milegpo
-serve`` does; not from the task, the observation and a history of its own), or, when the request re-sends
-the conversation with the policy's last reply unchanged, from the last prompt, the reply's sampled ids
-and the template's ids of the new messages (:func:`continued_prompt`), samples from those ids,
-and hands the env the reply as :func:`~milegpo.agents.replies.reply_action` writes it
-(:func:`answer_requests`; when the env's session lives in this process the reply is delivered at once,
-so the programs of a batch all go on while the vec env steps its envs one by one). The trainer keeps
-the prompt ids and the sampled ids and log-probs of every step and scores exactly those: nothing is
-re-tokenised from text.
+``info["agent_request"]`` (:data:`AGENT_REQUEST`: ``{"messages": [...], "tools": [...] | None, "continues":
+...}``, the messages as the program sent them). :class:`~milegpo.policies.LLMPolicy` then builds the prompt
+from those messages alone (:func:`request_prompt`: the message conversion and the policy's chat template,
+as ``milegpo serve`` does; not from the task, the observation and a history of its own), or, when the
+request re-sends the conversation with the policy's last reply unchanged, from the last prompt, the
+reply's sampled ids and the template's ids of the new messages (:func:`continued_prompt`), samples from
+those ids, and hands the env the reply as :func:`~milegpo.policies.replies.reply_action` writes it
+(:func:`answer_requests`; the env answers its program when the vec env sends it its action,
+:meth:`~milegpo.envs.core.TextEnv.send_action`). The trainer keeps the prompt ids and the sampled ids and
+log-probs of every step and scores exactly those: nothing is re-tokenised from text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from milegpo.policies.chat_messages import chat_messages
+from milegpo.policies.parsing import action_parser
+from milegpo.policies.replies import make_reply, reply_action
+from milegpo.policies.sampling import Completion
+from milegpo.policies.tools import renders_tools
 
 if TYPE_CHECKING:
     from milegpo.policies.prompts import ChatPromptBuilder
@@ -35,9 +41,6 @@ def request_prompt(policy: Any, request: Mapping[str, Any], history: Sequence[tu
     the policy wrote it, that step's prompt and sampled ids and the ids of the messages new since
     (:func:`continued_prompt`). ``ValueError`` when the tokenizer has no chat template or the prompt
     exceeds ``max_prompt_tokens``."""
-    from milegpo.policies.tools import renders_tools
-    from milegpo.serve.messages import chat_messages
-
     tokenizer = policy.tokenizer
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(f"an agent program's requests are chat messages, and the tokenizer of {policy.model_name} "
@@ -61,8 +64,6 @@ def continued_prompt(prompts: ChatPromptBuilder, request: Mapping[str, Any], mes
     chat template puts after a reply for the messages that followed it, when the request continues the last
     one (:data:`CONTINUES`), the program sent the policy's reply back unchanged (compared as rendered) and
     the last step of ``history`` holds its sample; None otherwise (rendered from the messages)."""
-    from milegpo.serve.messages import chat_messages
-
     continues = request.get(CONTINUES)
     sample = getattr(history[-1], "sample", None) if history else None
     turn_ids = prompts.turn_ids
@@ -79,12 +80,6 @@ def continued_prompt(prompts: ChatPromptBuilder, request: Mapping[str, Any], mes
 def answer_requests(policy: Any, samples: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> None:
     """Turn the samples of agent steps into replies (``sample.text`` becomes the env's action); the sampled
     ids and log-probs are left as they are."""
-    from milegpo.agents.replies import reply_action
-    from milegpo.agents.server import deliver_early
-    from milegpo.policies.parsing import action_parser
-    from milegpo.policies.sampling import Completion
-    from milegpo.serve.replies import make_reply
-
     parse_tools = action_parser("tools", policy.tokenizer)
     for sample, info in zip(samples, infos):
         request = info.get(AGENT_REQUEST)
@@ -94,4 +89,3 @@ def answer_requests(policy: Any, samples: Sequence[Any], infos: Sequence[Mapping
         reply = make_reply(completion, policy.tokenizer, policy.eos_ids, (),
                            parse_tools if request.get("tools") else None)
         sample.text, sample.parsed = reply_action(reply), True
-        deliver_early(request, sample.text)
