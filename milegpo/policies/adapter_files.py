@@ -17,6 +17,8 @@ import torch as th
 from peft import LoraConfig, PeftModel
 from stable_baselines3.common.policies import BasePolicy
 
+from milegpo.spaces import TextSpace
+
 POLICY_FILE = "policy.json"
 
 
@@ -99,8 +101,6 @@ class AdapterFilesMixin(BasePolicy):
     def load(cls, path: str | os.PathLike, device: str = "auto", **overrides: Any) -> Any:  # type: ignore[override]
         """Rebuild a policy saved by :meth:`save` (``overrides`` replace saved
         :class:`~milegpo.config.PolicyConfig` fields, e.g. ``temperature``)."""
-        from milegpo.envs.core import TextSpace
-
         path = Path(path)
         if not (path / POLICY_FILE).is_file():
             raise FileNotFoundError(f"{path} holds no saved LLMPolicy ({POLICY_FILE} missing)")
