@@ -147,7 +147,7 @@ def warm_start_values(env: str, seed: int, algo: str = "milegpo") -> dict:
 def make_config(values: dict) -> Any:
     """The TrainConfig of a run: the ``cpu-demo`` preset (``milegpo train``'s demo) with ``values``
     (dotted setting names) on top."""
-    from milegpo.run.config import resolve_config
+    from milegpo.config.run import resolve_config
 
     return resolve_config("cpu-demo").replace(**values)
 
