@@ -285,7 +285,7 @@ def smollm2_round(policies: dict[str, Any], batch: int, seed: int) -> dict[str, 
     plain transformers forward / generate of the merged weights on the same prompts and batch (process CPU)."""
     import torch as th
 
-    from milegpo.policies import scoring
+    from milegpo.policies import candidate_scoring as scoring
     from milegpo.policies.model import acting_model
 
     observations, infos = house_states(batch, seed)

@@ -187,10 +187,16 @@ def instrument(profile: Profile) -> None:
     profile.wrap_phase(evaluation, "_run_episodes", lambda: "eval" if in_learn["on"] else "final_eval")
     profile.wrap_part(llm_policy.LLMPolicy, "build_prompt", "prompt")
     profile.wrap_part(llm_policy.LLMPolicy, "_candidate_ids", "tokenise")
+    try:
+        from milegpo.policies import candidate_scoring
+    except ImportError:  # versions before candidate_scoring.py: the candidates were scored in scoring.py
+        candidate_scoring = scoring
     for scorer in ("candidate_logprobs", "packed_candidate_logprobs", "completion_logprobs", "right_padded_logprobs"):
-        # the scorers are looked up where the chunk loops call them: scoring.py, or llm_policy.py in
-        # older versions (for before/after runs; the oldest lack the packed one)
-        home = scoring if hasattr(scoring, "candidate_scores") else llm_policy
+        # the scorers are looked up where the chunk loops call them: candidate_scoring.py (candidates) and
+        # scoring.py (completions), or llm_policy.py in older versions (for before/after runs; the oldest lack
+        # the packed one)
+        home = candidate_scoring if scorer.startswith(("candidate", "packed")) else scoring
+        home = home if hasattr(home, "score_rows") or hasattr(home, "candidate_scores") else llm_policy
         if hasattr(home, scorer):
             profile.wrap_part(home, scorer, "forward")
     profile.wrap_part(llm_policy.LLMPolicy, "_generate", "generate")
