@@ -3,8 +3,9 @@
 ``milegpo serve RUN_DIR`` loads a run folder, an export or a model (:mod:`~milegpo.serve.loading`),
 and answers ``POST /v1/chat/completions`` and ``GET /v1/models`` (:mod:`~milegpo.serve.app`) with
 the policy's own chat templating and sampler, token in, token out (:mod:`~milegpo.serve.engine`).
-The modules, one job each: ``errors`` (OpenAI-style errors), ``messages`` and ``request`` (checking
-a request), ``engine`` (generation), ``replies`` (stop strings, finish reasons, tool calls),
+The modules, one job each: ``errors`` (OpenAI-style errors), ``request`` (checking a request; its
+messages brought to the chat template's form by :mod:`milegpo.policies.chat_messages`), ``engine``
+(generation; each reply's stop strings, finish reason and tool calls by :mod:`milegpo.policies.replies`),
 ``response`` (the JSON and the stream), ``app`` (the routes), ``server`` (listening).
 fastapi and uvicorn are imported only by ``app`` and ``server`` (``pip install 'milegpo[serve]'``).
 """
