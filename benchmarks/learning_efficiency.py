@@ -374,15 +374,16 @@ def _memory_line(algo: str, stats: dict) -> str:
         s = stats[key]
         return f"{s['mean'] * scale:{form}} [{s['min'] * scale:{form}}, {s['max'] * scale:{form}}]"
 
-    parts = [f"task recurrence rate over the run {said('memory_recurrence_rate')}",
-             f"share of a batch's tasks the memory held {said('memory_recurring_frac')}",
-             f"share of the evidence from memory {said('memory_evidence_share')}"]
+    parts = [f"task recurrence rate over the run (of the tasks a batch played, the share the memory held) "
+             f"{said('memory_recurrence_rate')}",
+             f"share of the evidence from memory (mean over iterations) {said('memory_evidence_share')}"]
     if "memory_tasks" in stats:
         parts.append(f"most tasks held {said('memory_tasks', form='.0f')}")
     if "memory_bytes" in stats:
         parts.append(f"most bytes held (MB) {said('memory_bytes', 1e-6, '.2f')}")
     n = stats["memory_recurrence_rate"]["n"]
-    return f"{LABELS[algo]}, the memory as the runs saw it (mean [least, most] over {n} seeds): {'; '.join(parts)}."
+    seeds = f"{n} seed{'s' if n != 1 else ''}"
+    return f"{LABELS[algo]}, the memory as the runs saw it (mean [least, most] over {seeds}): {'; '.join(parts)}."
 
 
 def plot(runs: list[dict], path: Path) -> None:

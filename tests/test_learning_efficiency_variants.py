@@ -45,7 +45,7 @@ def test_a_variant_is_paired_with_milegpo_and_graphgpo_and_counted(tmp_path: Pat
     learning_efficiency.write_table(learning_efficiency.summarize(runs), tmp_path / "table.md")
     text = (tmp_path / "table.md").read_text()
     assert "against MileGPO and GraphGPO: ahead in 0, level in 3, behind in 3 of 6" in text
-    assert "task recurrence rate over the run 0.250 [0.250, 0.250]" in text and "(MB) 2.00" in text
+    assert "the share the memory held) 0.250 [0.250, 0.250]" in text and "(MB) 2.00 [2.00, 2.00]" in text
 
 
 def test_the_memory_diagnostics_are_read_from_progress_csv(tmp_path: Path) -> None:
