@@ -14,7 +14,8 @@ Outputs (committed): ``OUT.runs.jsonl`` (one line per finished run, appended as 
 finish: a killed benchmark started again skips what is there), ``OUT.json`` (all curves,
 finals and the table), ``OUT.md`` (per env: mean ± std over seeds of AUC and final
 held-out success, and MileGPO minus each other method as paired differences with 95 %
-t intervals) and ``OUT.png`` (held-out success, and WebShop's score, against env steps).
+t intervals; each opt-in variant minus MileGPO and GraphGPO, also alone in ``OUT.variants.md``) and
+``OUT.png`` (held-out success, and WebShop's score, against env steps).
 Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
 
     python benchmarks/learning_efficiency.py --envs webshop alfworld --seeds 0 1 2 3 4 \
@@ -342,12 +343,34 @@ def write_table(table: dict, path: Path) -> None:
                 cells = [f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['wins']}/{d['losses']})"
                          for d in (diffs[m] for m in metrics)]
                 lines.append(f"| {LABELS[algo]} (n={diffs[metrics[0]]['n']}) | " + " | ".join(cells) + " |")
-        for name, against in entry.get("variant_minus", {}).items():
-            lines += _variant_lines(name, against, metrics)
-        for algo, stats in entry.get("memory", {}).items():
-            lines += ["", _memory_line(algo, stats)]
-        lines.append("")
+        lines += variant_lines(entry) + [""]
     path.write_text("\n".join(lines))
+
+
+def variant_lines(entry: dict) -> list[str]:
+    """An env's opt-in variants (``entry`` of :func:`summarize`): each one's table minus MileGPO and GraphGPO
+    with its count, and the milestone memory's diagnostics; none without a variant."""
+    rows = entry["algorithms"]
+    metrics = [k for k in next(iter(rows.values())) if k != "n_seeds"]
+    lines = []
+    for name, against in entry.get("variant_minus", {}).items():
+        lines += _variant_lines(name, against, metrics)
+    for algo, stats in entry.get("memory", {}).items():
+        lines += ["", _memory_line(algo, stats)]
+    return lines
+
+
+def write_variant_table(table: dict, path: Path) -> bool:
+    """The variants' part of :func:`write_table` alone (for the variant's own docs page), per env that has
+    one; False (nothing written) where no env has a variant."""
+    lines = []
+    for env, entry in table.items():
+        if entry.get("variant_minus"):
+            lines += [f"**{env}** ({ENVS[env]['env.id']}; paired by seed: same initial weights and task draws)",
+                      *variant_lines(entry), ""]
+    if lines:
+        path.write_text("\n".join(lines))
+    return bool(lines)
 
 
 def _variant_lines(name: str, against: dict, metrics: list[str]) -> list[str]:
@@ -436,7 +459,8 @@ def read_runs(path: Path) -> list[dict]:
 
 
 def write_report(out: Path, shared: dict | None = None) -> None:
-    """OUT.json (table + runs), OUT.md and OUT.png from the runs recorded in OUT.runs.jsonl."""
+    """OUT.json (table + runs), OUT.md, OUT.png and, where a variant ran, OUT.variants.md (its comparisons
+    alone) from the runs recorded in OUT.runs.jsonl."""
     runs = sorted(read_runs(out.with_suffix(".runs.jsonl")), key=lambda r: (r["env"], r["algo"], r["seed"]))
     table = summarize(runs)
     report = {"cpus": os.cpu_count(), "table": table, "runs": runs}
@@ -444,6 +468,7 @@ def write_report(out: Path, shared: dict | None = None) -> None:
         report["shared_config"] = shared
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     write_table(table, out.with_suffix(".md"))
+    write_variant_table(table, out.with_suffix(".variants.md"))
     plot(runs, out.with_suffix(".png"))
 
 

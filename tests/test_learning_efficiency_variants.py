@@ -46,6 +46,13 @@ def test_a_variant_is_paired_with_milegpo_and_graphgpo_and_counted(tmp_path: Pat
     text = (tmp_path / "table.md").read_text()
     assert "against MileGPO and GraphGPO: ahead in 0, level in 3, behind in 3 of 6" in text
     assert "the share the memory held) 0.250 [0.250, 0.250]" in text and "(MB) 2.00 [2.00, 2.00]" in text
+    assert learning_efficiency.write_variant_table(learning_efficiency.summarize(runs), tmp_path / "variants.md")
+    alone = (tmp_path / "variants.md").read_text()
+    assert alone.startswith("**alfworld**") and "ahead in 0, level in 3, behind in 3 of 6" in alone
+    assert "| MileGPO − |" not in alone and "| algorithm | seeds |" not in alone
+    without = [r for r in runs if r["algo"] != "milegpo_memory"]
+    assert not learning_efficiency.write_variant_table(learning_efficiency.summarize(without), tmp_path / "none.md")
+    assert not (tmp_path / "none.md").exists()
 
 
 def test_the_memory_diagnostics_are_read_from_progress_csv(tmp_path: Path) -> None:
