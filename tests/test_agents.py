@@ -329,10 +329,10 @@ def test_check_env_finds_nothing_wrong_with_the_examples_agent() -> None:
 
 
 def test_the_programs_of_a_batch_get_their_replies_at_once(agent_model: str) -> None:
-    """With the envs in the policy's process, each reply reaches its program as soon as it is sampled: four programs
-    that each wait, after their first reply, until all four have theirs (a tool that needs the others' moves) all
-    go on to their second request. Stepped one env after the other, the first would wait for the others' replies
-    in vain and end with a timeout."""
+    """With the envs in the policy's process, every program of a batch gets its reply before any env is stepped
+    (the vec env sends each env its action first): four programs that each wait, after their first reply, until
+    all four have theirs (a tool that needs the others' moves) all go on to their second request. Stepped one env
+    after the other, the first would wait for the others' replies in vain and end with a timeout."""
     barrier = asyncio.Barrier(4)
 
     async def waits_for_the_others(client: openai.AsyncOpenAI, task: str) -> float:

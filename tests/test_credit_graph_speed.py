@@ -22,6 +22,7 @@ from milegpo.credit import hgpo as hgpo_module
 from milegpo.credit import norm as norm_module
 from milegpo.credit.base import sign_flip_fraction
 from milegpo.credit.graph import dense_ids, index_strings, node_index, trajectory_order
+from milegpo.credit.task_graph import GOAL_KEY
 
 
 def previous_index_strings(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -226,7 +227,7 @@ def test_a_graph_built_in_runs_of_tasks_equals_the_one_piece_build(seed, monkeyp
         assert np.asarray(got).dtype == np.asarray(want).dtype, field.name
         np.testing.assert_array_equal(got, want, err_msg=field.name)
     assert joined.node_key.tolist() == whole.node_key.tolist()
-    assert set(joined.node_key[joined.is_goal]) == {graph_module.GOAL_KEY}
+    assert set(joined.node_key[joined.is_goal]) == {GOAL_KEY}
     np.testing.assert_array_equal(joined.node_key[joined.row_src], batch.state_keys)
     nodes = rng.permutation(joined.num_nodes)[:5]
     assert joined.keys_of(nodes).tolist() == joined.node_key[nodes].tolist()

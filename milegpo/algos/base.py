@@ -62,10 +62,10 @@ from milegpo.algos.offline_setting import default_budget, explicit_fields, offli
 from milegpo.algos.staleness import behaviour_copy
 from milegpo.config import AlgoConfig, PolicyConfig
 from milegpo.config.fields import field_names, from_dict, with_overrides
-from milegpo.envs.core import TextSpace
 from milegpo.envs.vec_env import GroupedTextVecEnv
 from milegpo.policies import LLMPolicy
 from milegpo.policies.optim import with_default_weight_decay
+from milegpo.spaces import TextSpace
 
 logger = logging.getLogger(__name__)
 

@@ -27,13 +27,14 @@ from milegpo.credit.batch import CreditResult, StepBatch
 from milegpo.credit.g2po import G2POConfig
 from milegpo.credit.gagpo import GAGPOConfig
 from milegpo.credit.gigpo import GiGPOConfig
-from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.graph import build_task_graph
 from milegpo.credit.graphgpo import GraphGPOConfig
 from milegpo.credit.grpo import GRPOConfig
 from milegpo.credit.hgpo import HGPOConfig
 from milegpo.credit.memory import MilestoneMemory, milegpo_with_memory, remembered_credit
 from milegpo.credit.milegpo import MileGPOConfig, MilestoneEvidence, milestone_evidence
 from milegpo.credit.rloo import RLOOConfig
+from milegpo.credit.task_graph import TaskGraph
 
 __all__ = [
     "CREDIT_METHODS", "compute_credit", "credit_of_trajectory", "make_credit_config",

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from milegpo.credit.graph import TaskGraph, TaskGroups
 from milegpo.credit.norm import check_norm
+from milegpo.credit.task_graph import TaskGraph, TaskGroups
 
 C = TypeVar("C", bound="CreditConfig")
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from milegpo.credit.arrays import sorted_unique
 from milegpo.credit.batch import StepBatch
-from milegpo.credit.graph import TaskGraph, index_strings_by_task, sorted_unique
+from milegpo.credit.graph import index_strings_by_task
+from milegpo.credit.task_graph import TaskGraph
 
 STATE_CHARS = 200
 """State keys are cut to this many characters in diagnostics."""

@@ -78,8 +78,9 @@ import numpy as np
 from milegpo.credit.base import CreditConfig, check_nonnegative, check_unit, common_diagnostics, step_group_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
 from milegpo.credit.gigpo import discounted_returns
-from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.graph import build_task_graph
 from milegpo.credit.norm import episode_scores, group_normalize, invalid_penalties
+from milegpo.credit.task_graph import TaskGraph
 
 NORM_SCOPES = ("task", "batch", "none")
 """Where :func:`gagpo` normalises the GAE advantages: per task (the paper's), over the whole

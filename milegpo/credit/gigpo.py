@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from milegpo.credit.arrays import segment_starts
 from milegpo.credit.base import CreditConfig, check_nonnegative, check_unit, common_diagnostics, step_group_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
-from milegpo.credit.graph import TaskGraph, build_task_graph, segment_starts, trajectory_order
+from milegpo.credit.graph import build_task_graph, trajectory_order
 from milegpo.credit.norm import episode_scores, group_normalize, invalid_penalties
+from milegpo.credit.task_graph import TaskGraph
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import numpy as np
 
 from milegpo.credit.arrays import dense_ids, index_strings, segment_starts, sorted_unique, unique_inverse
 from milegpo.credit.batch import StepBatch
-from milegpo.credit.task_graph import GOAL_KEY as GOAL_KEY
 from milegpo.credit.task_graph import TaskGraph, TaskGroups
 
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from milegpo.credit.base import CreditConfig, common_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
-from milegpo.credit.graph import TaskGroups, build_task_groups
+from milegpo.credit.graph import build_task_groups
 from milegpo.credit.norm import episode_scores
+from milegpo.credit.task_graph import TaskGroups
 
 
 @dataclass(frozen=True)

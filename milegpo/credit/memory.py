@@ -19,7 +19,7 @@ reads: trajectories and successful trajectories per task, per state (with the re
 edge, each weighed by its age.
 
 **What reads it.** MD, RCS and PCC read the group's own counts plus the remembered ones
-(:meth:`~milegpo.credit.graph.TaskGraph.with_counts`): candidates, lifts, coverages, trap scores
+(:meth:`~milegpo.credit.task_graph.TaskGraph.with_counts`): candidates, lifts, coverages, trap scores
 and branch success rates come from the sum. The structure stays the group's own: its nodes and
 edges (degree, siblings), distances, start and goal states; so do the GraphGPO term, the
 normalisation and the episode term. A remembered state this group did not visit is no node of
@@ -68,8 +68,9 @@ import numpy as np
 from milegpo.credit.api import check_finite_batch, checked_advantages, empty_credit
 from milegpo.credit.base import CreditConfig
 from milegpo.credit.batch import CreditResult, StepBatch
-from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.graph import build_task_graph
 from milegpo.credit.milegpo import MileGPOConfig, milegpo
+from milegpo.credit.task_graph import TaskGraph
 
 FORGET_BELOW = 0.5
 """A decayed count below this (half a trajectory) is forgotten."""

@@ -103,9 +103,10 @@ import numpy as np
 from milegpo.credit.base import as_number, check_nonnegative, check_unit, common_diagnostics, step_group_diagnostics
 from milegpo.credit.batch import CreditResult, StepBatch
 from milegpo.credit.diagnostics import describe_state, tie_statistics
-from milegpo.credit.graph import TaskGraph, build_task_graph
+from milegpo.credit.graph import build_task_graph
 from milegpo.credit.graphgpo import GraphGPOConfig, graph_diagnostics, graph_step_returns
 from milegpo.credit.norm import episode_scores, group_normalize
+from milegpo.credit.task_graph import TaskGraph
 
 _PRESETS: dict[str, dict[str, Any]] = {
     "alfworld": {"theta_m": 1.1, "rho": 0.0, "eta": 0.20, "kappa_bc": 0},

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from milegpo.credit.batch import StepBatch
-from milegpo.credit.graph import TaskGroups
+from milegpo.credit.task_graph import TaskGroups
 
 NORM_MODES = ("mean_std_norm", "mean_norm")
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from milegpo.envs.core import EnvContractError, TextEnv, TextSpace, normalize_text
+from milegpo.envs.core import EnvContractError, TextEnv, normalize_text
 from milegpo.envs.env_check import Finding, check_text_env
-from milegpo.envs.registration import UnknownEnvError, check_env_id, make_env, register_env, registered_env_ids
+from milegpo.envs.registration import check_env_id, make_env, registered_env_ids
+from milegpo.envs.registry import UnknownEnvError, register_env
 from milegpo.envs.vocabulary import env_vocabulary
+from milegpo.spaces import TextSpace
 
 _LAZY = {"GroupedTextVecEnv": "milegpo.envs.vec_env", "make_vec_env": "milegpo.envs.vec_env"}
 

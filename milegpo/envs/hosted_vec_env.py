@@ -24,8 +24,9 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
-from milegpo.envs.core import TextEnv, TextSpace
+from milegpo.envs.core import TextEnv
 from milegpo.envs.vec_worker import EnvWorkerError, LocalWorker, ProcessWorker, Result
+from milegpo.spaces import TextSpace
 
 #: the name env errors have always been logged under (users' log filters name it)
 logger = logging.getLogger("milegpo.envs.vec_env")

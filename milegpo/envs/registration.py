@@ -38,9 +38,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from milegpo.envs.core import TextEnv
 from milegpo.envs.registry import UnknownEnvError, register_env
-from milegpo.envs.user_modules import env_module_folder as env_module_folder
 from milegpo.envs.user_modules import import_user_module, user_module_error
-from milegpo.envs.user_modules import remember_module_dir as remember_module_dir
 
 TWX_GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder")
 

@@ -51,7 +51,6 @@ from typing import Any
 import numpy as np
 
 from milegpo.envs.core import TextEnv
-from milegpo.envs.hosted_vec_env import EnvErrorLog as EnvErrorLog
 from milegpo.envs.hosted_vec_env import HostedVecEnv
 from milegpo.envs.registration import KwargsFactory, RegisteredEnvFactory, takes_split
 from milegpo.envs.vec_worker import Result
@@ -344,7 +343,7 @@ def make_vec_env(
     """Make a :class:`GroupedTextVecEnv` from a registered env id or an env factory.
 
     :param env_id_or_factory: a registered id (``"milegpo/House-v0"``; an unknown
-        id raises :class:`~milegpo.envs.registration.UnknownEnvError` listing the
+        id raises :class:`~milegpo.envs.registry.UnknownEnvError` listing the
         known ones) or a callable returning a :class:`TextEnv`.
     :param env_kwargs: constructor arguments of the env (with an id), or
         arguments passed to the factory.

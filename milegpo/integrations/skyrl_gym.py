@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from milegpo.envs.core import TextEnv, normalize_text
-from milegpo.envs.registration import register_env
+from milegpo.envs.registry import register_env
 
 INSTALL_HINT = 'pip install "milegpo[skyrl]"  (or: pip install skyrl-gym)'
 NO_OBSERVATION = "(no new observation)"

@@ -29,7 +29,8 @@ def check_setup(config: TrainConfig, verbose: int = 1) -> dict[str, Any]:
       ``[held_out]``), said in one line; settings the user changed are kept and checked;
     - ``env.module_dir``: the folder the env's module was imported from when it is no installed package.
     """
-    from milegpo.envs.registration import env_module_folder, make_env, remember_module_dir, takes_split
+    from milegpo.envs.registration import make_env, takes_split
+    from milegpo.envs.user_modules import env_module_folder, remember_module_dir
     from milegpo.envs.vocabulary import VOCABULARY_EPISODES
     from milegpo.policies.model import check_device, check_model_loads, check_torchvision
 

@@ -170,7 +170,7 @@ def remember_env_module(settings: TrainConfig) -> None:
     """Let a run's env module be imported from the folder it was trained from (``env.module_dir``): eval,
     resume, export and serve of a run of the user's own env work from any directory."""
     if settings.env.module_dir is not None:
-        from milegpo.envs.registration import remember_module_dir
+        from milegpo.envs.user_modules import remember_module_dir
 
         remember_module_dir(settings.env.module_dir)
 

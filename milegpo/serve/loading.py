@@ -67,8 +67,8 @@ def _is_run_folder(path: Path) -> bool:
 
 
 def _new_policy(model: str, device: str, **settings: Any) -> Any:
-    from milegpo.envs.core import TextSpace
     from milegpo.policies import LLMPolicy
+    from milegpo.spaces import TextSpace
 
     return LLMPolicy(TextSpace(), TextSpace(), lambda _: 0.0, model=model, mode="generate", device=device, **settings)
 
