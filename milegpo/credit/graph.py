@@ -196,7 +196,7 @@ def build_task_graph(batch: StepBatch, success: np.ndarray | None = None) -> Tas
     by task (the trainer's are) is built in runs of whole tasks of about
     :data:`INTERN_CHUNK_ENTRIES` rows, the runs' graphs then joined: every sort and scatter
     of a run works on arrays that fit the CPU's caches (a million distinct-state steps: 0.35
-    CPU µs per step, against 0.41 in one piece; ``benchmarks/credit_scaling.py``). The joined graph
+    CPU µs per step, against 0.41 in one piece; ``benchmarks/credit/credit_scaling.py``). The joined graph
     equals the one-piece build array for array (the runs are the ones :func:`state_key_ids`
     interns keys in, and nodes and edges are sorted by task first).
     """
