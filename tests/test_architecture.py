@@ -15,21 +15,10 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "milegpo"
+from package_modules import PACKAGE, module_files
+
 ALGORITHM_NAMES = {"model", "algo", "algorithm"}
-
-
-def module_files() -> dict[str, Path]:
-    """Every module of the package by its dotted name (a package by its ``__init__``)."""
-    modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return modules
 
 
 def import_time_statements(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:

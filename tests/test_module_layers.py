@@ -14,24 +14,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "milegpo"
+from package_modules import module_files
+
 MAX_LINES = 450
 FLOORS = {"credit": 1, "run_folder": 1, "options": 1, "spaces": 1, "config": 2, "policies": 3, "inspect": 3,
           "envs": 4, "contracts": 4, "integrations": 5, "algos": 6, "run": 7, "serve": 8, "agents": 9, "cli": 10,
           "__main__": 10}
 #: the floor of the package's own ``__init__`` (``milegpo.__version__``; it imports the env registration)
 PACKAGE_FLOOR = 5
-
-
-def module_files() -> dict[str, Path]:
-    """Dotted module name -> its file, for every module of the package."""
-    modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return modules
 
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
