@@ -13,7 +13,7 @@ number in the summary is typed by hand:
 The same comparison against G2PO (the newest graph method with public code) follows in its own
 table, where its runs exist (learning: House and TWX coin; credit quality: every env scored with it).
 Then MileGPO's opt-in milestone memory against MileGPO and against GraphGPO, from
-``memory_quality.json`` (``benchmarks/memory_quality.py``; its tuning and held-out stages).
+``memory_quality.json`` (``benchmarks/credit/memory_quality.py``; its tuning and held-out stages).
 
 A difference is **ahead** when its 95 % interval lies above zero, **behind** when below, and
 **level** otherwise; with fewer than 3 seeds (e.g. WebShop's random groups, where few seeds
@@ -142,9 +142,9 @@ def credit_comparisons() -> list[Comparison]:
 
 def memory_comparisons(baseline: str) -> list[Comparison]:
     """MileGPO with its milestone memory (the protocol's chosen half-life) − ``baseline`` (``"milegpo"`` or
-    ``"graphgpo"``) from ``memory_quality.json`` (``benchmarks/memory_quality.py``: random-policy groups drawn
+    ``"graphgpo"``) from ``memory_quality.json`` (``benchmarks/credit/memory_quality.py``: random-policy groups drawn
     in a training sequence), per stage (tuning: House, TWX coin; held-out: ALFWorld, WebShop), env and regime."""
-    from benchmarks import memory_quality
+    from benchmarks.credit import memory_quality
 
     path = RESULTS / "memory_quality.json"
     if not path.exists():

@@ -1,6 +1,6 @@
 """What MileGPO's milestone memory costs: wall time per step and bytes per task.
 
-The batches are ``credit_speed.py``'s synthetic house rollouts at its sizes (16 tasks x 8
+The batches are ``benchmarks/credit/credit_speed.py``'s synthetic house rollouts at its sizes (16 tasks x 8
 trajectories x up to 50 steps, the paper's batch, and 10x the tasks). Every iteration draws the
 same tasks again with new random rollouts (``seed`` = the iteration), so every task recurs every
 iteration: the memory is as full and as often read as it can be (the worst case of its cost).
@@ -14,31 +14,28 @@ difference of the two medians); the memory's bytes per task
 that list them) and per task in a checkpoint (its JSON). Half-life ``inf`` (nothing decays away:
 the largest memory). Writes ``benchmarks/results/memory_cost.{json,md}``.
 
-    python benchmarks/memory_cost.py [--repeats 7] [--warm 8]
+    python -m benchmarks.credit.memory_cost [--repeats 7] [--warm 8]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import time
-from pathlib import Path
 
 import numpy as np
-from credit_speed import synthetic_batch
 
+from benchmarks.credit.credit_speed import synthetic_batch
+from benchmarks.harness import RESULTS, Stopwatch, load_1min, parser, write_results
 from milegpo.credit import MileGPOConfig, MilestoneMemory, compute_credit
 from milegpo.credit.memory import milegpo_with_memory
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
 
 def seconds(fn) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+    """Wall seconds of one call of ``fn``."""
+    with Stopwatch() as clock:
+        fn()
+    return clock.wall_s
 
 
 def measure(num_tasks: int, warm: int, repeats: int) -> dict:
@@ -66,7 +63,8 @@ def measure(num_tasks: int, warm: int, repeats: int) -> dict:
             "json_bytes_per_task": len(json.dumps(memory.to_dict())) / len(memory.tasks)}
 
 
-def write_md(result: dict, path: Path) -> None:
+def markdown(result: dict) -> str:
+    """The table the docs include."""
     lines = ["| tasks x 8 | steps / iteration | MileGPO µs/step | with memory µs/step "
              "| overhead µs/step (median of per-iteration differences) "
              "| states / task | edges / task | bytes / task | checkpoint JSON bytes / task |",
@@ -76,26 +74,23 @@ def write_md(result: dict, path: Path) -> None:
                      f"| {r['us_per_step_with_memory']:.1f} | {r['overhead_us_per_step']:+.1f} "
                      f"| {r['states_per_task']:.0f} | {r['edges_per_task']:.0f} | {r['bytes_per_task']:.0f} "
                      f"| {r['json_bytes_per_task']:.0f} |")
-    path.write_text(f"Milestone memory cost (wall time, {result['statistic']}; {result['machine']['note']}; "
-                    "every task recurs every iteration, half-life inf: the worst case)\n\n" + "\n".join(lines) + "\n")
+    return (f"Milestone memory cost (wall time, {result['statistic']}; {result['machine']['note']}; "
+            "every task recurs every iteration, half-life inf: the worst case)\n\n" + "\n".join(lines) + "\n")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--warm", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=RESULTS / "memory_cost")
-    args = parser.parse_args()
+    arguments = parser(__doc__, RESULTS / "memory_cost")
+    arguments.add_argument("--repeats", type=int, default=7)
+    arguments.add_argument("--warm", type=int, default=8)
+    args = arguments.parse_args()
     rows = [measure(num_tasks, args.warm, args.repeats) for num_tasks in (16, 160)]
     for r in rows:
         print(r)
     result = {"benchmark": "memory_cost", "statistic": f"median over {args.repeats} iterations after {args.warm}",
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-                          "note": "2-core machine shared with other jobs"},
+                          "note": "2-core machine shared with other jobs", "load_1min": load_1min()},
               "results": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    write_md(result, args.out.with_suffix(".md"))
+    write_results(args.out, result, markdown(result))
     print(f"wrote {args.out}.json/.md")
 
 

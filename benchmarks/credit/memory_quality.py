@@ -23,9 +23,9 @@ TWX coin, seeds 0-2, half-lives 2, 8, inf; the chosen half-life is the one with 
 Δ(memory − MileGPO) over envs × regimes × the two metrics, the shortest among those within 0.002 of
 the best (:func:`chosen_half_life`); then ALFWorld and WebShop with it, seeds 0-4, once.
 
-    python benchmarks/memory_quality.py --stage tuning --envs house coin --seeds 0 1 2
-    python benchmarks/memory_quality.py --stage heldout --envs alfworld webshop --seeds 0 1 2 3 4
-    python benchmarks/memory_quality.py --tables-only
+    python -m benchmarks.credit.memory_quality --stage tuning --envs house coin --seeds 0 1 2
+    python -m benchmarks.credit.memory_quality --stage heldout --envs alfworld webshop --seeds 0 1 2 3 4
+    python -m benchmarks.credit.memory_quality --tables-only
 
 The tables end with the task recurrence a learning benchmark run would see (:func:`learning_recurrence`).
 
@@ -35,22 +35,21 @@ Each seed is filed in ``benchmarks/results/memory_quality.json`` when done; the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
 import time
 from pathlib import Path
 
-import credit_quality as cq
-import ground_truth
-import learning_efficiency
 import numpy as np
 
+from benchmarks import learning_efficiency
+from benchmarks.credit import credit_quality as cq
+from benchmarks.credit import ground_truth
+from benchmarks.harness import RESULTS, parser, write_json, write_text
 from milegpo.credit import MilestoneMemory, compute_credit, make_credit_config
 from milegpo.credit.memory import TaskCounts, milegpo_with_memory
 
-RESULTS = Path(__file__).resolve().parent / "results" / "memory_quality"
 TUNING_HALF_LIVES = (2.0, 8.0, math.inf)
 METRICS = ("pairwise_accuracy", "weighted_agreement")
 WITHIN = 0.002  # the protocol's tie margin
@@ -288,23 +287,22 @@ def tables(data: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stage", choices=("tuning", "heldout"))
-    parser.add_argument("--envs", nargs="+", default=[])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--pool", type=int, default=8)
-    parser.add_argument("--per-iteration", type=int, default=4)
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--state-key", nargs="+", default=list(cq.STATE_KEYS))
-    parser.add_argument("--tables-only", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    arguments = parser(__doc__, RESULTS / "memory_quality")
+    arguments.add_argument("--stage", choices=("tuning", "heldout"))
+    arguments.add_argument("--envs", nargs="+", default=[])
+    arguments.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    arguments.add_argument("--pool", type=int, default=8)
+    arguments.add_argument("--per-iteration", type=int, default=4)
+    arguments.add_argument("--iterations", type=int, default=10)
+    arguments.add_argument("--group-size", type=int, default=8)
+    arguments.add_argument("--state-key", nargs="+", default=list(cq.STATE_KEYS))
+    arguments.add_argument("--tables-only", action="store_true")
+    args = arguments.parse_args()
     path = args.out.with_suffix(".json")
     data = load(path)
     if not args.tables_only:
         if args.stage is None:
-            parser.error("--stage is needed unless --tables-only")
+            arguments.error("--stage is needed unless --tables-only")
         if args.stage == "heldout":
             half_lives = (float(chosen_half_life(data["stages"]["tuning"])[0].split("=")[1]),)
         else:
@@ -321,9 +319,9 @@ def main() -> None:
                 data = load(path)  # another process may have filed seeds meanwhile
                 stage = data["stages"].setdefault(args.stage, {"setting": setting, "envs": {}})
                 stage["envs"].setdefault(env_name, {})[str(seed)] = row
-                path.write_text(json.dumps(data, indent=1) + "\n")
+                write_json(path, data, indent=1)
                 print(f"{args.stage} {env_name} seed {seed}: {row['pairs']} pairs, {row['seconds']:.0f} s", flush=True)
-    args.out.with_suffix(".md").write_text(tables(data))
+    write_text(args.out.with_suffix(".md"), tables(data))
     print(f"wrote {path} and {args.out.with_suffix('.md')}")
 
 
