@@ -464,6 +464,8 @@ def write_report(out: Path, shared: dict | None = None) -> None:
     runs = sorted(read_runs(out.with_suffix(".runs.jsonl")), key=lambda r: (r["env"], r["algo"], r["seed"]))
     table = summarize(runs)
     report = {"cpus": os.cpu_count(), "table": table, "runs": runs}
+    if shared is None and out.with_suffix(".json").exists():  # --summarize-only: the runs' config stays recorded
+        shared = json.loads(out.with_suffix(".json").read_text()).get("shared_config")
     if shared is not None:
         report["shared_config"] = shared
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
