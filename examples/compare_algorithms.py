@@ -13,7 +13,7 @@ config files, with ``section.field=value`` overrides on top.
     python examples/compare_algorithms.py --preset paper-alfworld run.total_timesteps=200000   # GPU
 
 One seed is an anecdote: for means and spreads over seeds, learning curves and the
-README's table use ``benchmarks/learning_efficiency.py``.
+README's table use ``benchmarks/learning/learning_efficiency.py``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's root: the benchmarks package
 
-from benchmarks import learning_efficiency  # noqa: E402
 from benchmarks.credit import credit_quality, ground_truth  # noqa: E402
+from benchmarks.learning import learning_efficiency  # noqa: E402
 
 
 def test_paired_difference_by_hand():

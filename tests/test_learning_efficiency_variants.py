@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's root: the benchmarks package
 
-from benchmarks import learning_efficiency  # noqa: E402
+from benchmarks.learning import learning_efficiency  # noqa: E402
 
 
 def fake_run(algo: str, seed: int, final: float, memory: dict | None = None) -> dict:

@@ -112,8 +112,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import harness, learning_efficiency
+from benchmarks import harness
 from benchmarks.credit import ground_truth
+from benchmarks.learning import learning_efficiency
 from milegpo.credit import StepBatch, build_task_graph, compute_credit
 from milegpo.credit.diagnostics import tied_pairs
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks import harness
 from benchmarks.credit import credit_quality, ground_truth
-from benchmarks.learning_efficiency import t_quantile
+from benchmarks.learning.learning_efficiency import t_quantile
 from milegpo.credit import compute_credit
 
 #: (label, credit method, config overrides): the seven methods as the credit-quality benchmark scores them

@@ -43,10 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import learning_efficiency
 from benchmarks.credit import credit_quality as cq
 from benchmarks.credit import ground_truth
 from benchmarks.harness import RESULTS, parser, write_json, write_text
+from benchmarks.learning import learning_efficiency
 from milegpo.credit import MilestoneMemory, compute_credit, make_credit_config
 from milegpo.credit.memory import TaskCounts, milegpo_with_memory
 

@@ -82,7 +82,7 @@ def learning_comparisons(baseline: str = "graphgpo") -> list[Comparison]:
     for stem, regime, start in LEARNING_SOURCES:
         path = RESULTS / f"{stem}.json"
         if not path.exists():
-            raise SystemExit(f"{path} is missing: run benchmarks/learning_efficiency.py with --out "
+            raise SystemExit(f"{path} is missing: run benchmarks/learning/learning_efficiency.py with --out "
                              f"benchmarks/results/{stem} first (its docstring has the command)")
         table = json.loads(path.read_text())["table"]
         for env, entry in table.items():
@@ -100,7 +100,7 @@ def learning_comparisons(baseline: str = "graphgpo") -> list[Comparison]:
 def credit_comparisons_against(baseline: str) -> list[Comparison]:
     """MileGPO − ``baseline`` (a credit_quality variant label, e.g. ``G2PO``): paired over the seeds scored for
     both, from the per-seed rows of ``credit_quality_regimes.json``."""
-    from benchmarks.learning_efficiency import paired_difference
+    from benchmarks.learning.learning_efficiency import paired_difference
 
     rows = []
     for run in json.loads((RESULTS / f"{CREDIT_SOURCE}.json").read_text())["runs"].values():

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from benchmarks import harness
-from benchmarks import learning_efficiency as le  # the shared runner, report and plot
+from benchmarks.learning import learning_efficiency as le  # the shared runner, report and plot
 
 #: the benchmark's envs: settings (dotted TrainConfig names) on top of the shared ones
 ENVS = {

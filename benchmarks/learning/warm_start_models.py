@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import harness, learning_efficiency
+from benchmarks import harness
+from benchmarks.learning import learning_efficiency
 from milegpo import TrainConfig
 from milegpo.algos.warm_start import behaviour_clone, collect_demonstrations, nll_backward
 from milegpo.config import WarmStartConfig

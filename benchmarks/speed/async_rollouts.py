@@ -261,7 +261,7 @@ def learning_table(runs: list[dict]) -> str:
     """The markdown table of the learning comparison: per mode, held-out success seed by seed, the wall
     time of ``learn()`` to the budget and the env steps per second; then the paired difference of
     success (async - lockstep, seeds that have both) with its 95% t interval, and the speed-ups."""
-    from benchmarks.learning_efficiency import paired_difference
+    from benchmarks.learning.learning_efficiency import paired_difference
 
     got = {mode: {r["seed"]: r for r in runs if r["mode"] == mode} for mode in ("lockstep", "async")}
     steps = runs[0]["steps"]

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from benchmarks import harness, learning_efficiency
-from benchmarks.learning_efficiency import ENVS, make_config
+from benchmarks.learning.learning_efficiency import ENVS, make_config
 
 SHARED = json.loads(Path(learning_efficiency.__file__).with_suffix(".json").read_text())
 

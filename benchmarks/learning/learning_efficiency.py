@@ -18,29 +18,28 @@ t intervals; each opt-in variant minus MileGPO and GraphGPO, also alone in ``OUT
 ``OUT.png`` (held-out success, and WebShop's score, against env steps).
 Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
 
-    python benchmarks/learning_efficiency.py --envs webshop alfworld --seeds 0 1 2 3 4 \
+    python -m benchmarks.learning.learning_efficiency --envs webshop alfworld --seeds 0 1 2 3 4 \
         --out benchmarks/results/learning_efficiency_paper_envs          # about 2.5 h on 2 cores
-    python benchmarks/learning_efficiency.py --envs alfworld webshop --seeds 0 1 2 3 4 --warm-start \
+    python -m benchmarks.learning.learning_efficiency --envs alfworld webshop --seeds 0 1 2 3 4 --warm-start \
         --out benchmarks/results/learning_efficiency_warm_start        # from a policy with priors
-    python benchmarks/learning_efficiency.py --envs alfworld --algos milegpo_success_only --seeds 0 1 2 3 4 \
+    python -m benchmarks.learning.learning_efficiency --envs alfworld --algos milegpo_success_only --seeds 0 1 2 3 4 \
         --warm-start --out benchmarks/results/learning_efficiency_warm_start   # an opt-in variant (VARIANTS)
-    python benchmarks/learning_efficiency.py --envs alfworld webshop --algos milegpo_memory --seeds 0 1 2 3 4 \
+    python -m benchmarks.learning.learning_efficiency --envs alfworld webshop --algos milegpo_memory --seeds 0 1 2 3 4 \
         --workers 1 --out benchmarks/results/learning_efficiency_paper_envs   # the milestone memory, paired
                                      # with the MileGPO and GraphGPO runs there (its table: variant minus both)
-    python benchmarks/learning_efficiency.py --envs house coin --steps 24000   # the House/coin table
-    python benchmarks/learning_efficiency.py --seeds 0 --steps 4000 --envs house   # a quick look
-    python benchmarks/learning_efficiency.py --envs alfworld --algos milegpo graphgpo --warm-start \
+    python -m benchmarks.learning.learning_efficiency --envs house coin --steps 24000   # the House/coin table
+    python -m benchmarks.learning.learning_efficiency --seeds 0 --steps 4000 --envs house   # a quick look
+    python -m benchmarks.learning.learning_efficiency --envs alfworld --algos milegpo graphgpo --warm-start \
         --state-key observation --out benchmarks/results/learning_efficiency_paper_keys_warm_start
                                      # the paper's regime: steps grouped by their observation text
-    python benchmarks/learning_efficiency.py --envs coin --algos milegpo graphgpo --steps 24000 \
+    python -m benchmarks.learning.learning_efficiency --envs coin --algos milegpo graphgpo --steps 24000 \
         --state-key observation --out benchmarks/results/learning_efficiency_paper_keys
-    python benchmarks/learning_efficiency.py --envs alfworld --algos gagpo --seeds 0 1 2 --warm-start \
+    python -m benchmarks.learning.learning_efficiency --envs alfworld --algos gagpo --seeds 0 1 2 --warm-start \
         --out benchmarks/results/learning_efficiency_warm_start    # GAGPO beside the warm-start table
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -51,11 +50,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import RESULTS, RUNS, parser, write_json, write_text
 from milegpo.credit import CREDIT_METHODS
 from milegpo.run.plots import METHOD_LABELS
 
+#: the folder of this script and of its shared settings (``learning_efficiency.json``)
 ROOT = Path(__file__).resolve().parent
-RESULTS = ROOT / "results"
 
 #: Benchmark envs: settings (dotted TrainConfig names) shared by every algorithm on that env (they
 #: override --config). ``algo.credit_preset`` applies to MileGPO only (the paper's per-env setting).
@@ -344,7 +344,7 @@ def write_table(table: dict, path: Path) -> None:
                          for d in (diffs[m] for m in metrics)]
                 lines.append(f"| {LABELS[algo]} (n={diffs[metrics[0]]['n']}) | " + " | ".join(cells) + " |")
         lines += variant_lines(entry) + [""]
-    path.write_text("\n".join(lines))
+    write_text(path, "\n".join(lines))
 
 
 def variant_lines(entry: dict) -> list[str]:
@@ -369,7 +369,7 @@ def write_variant_table(table: dict, path: Path) -> bool:
             lines += [f"**{env}** ({ENVS[env]['env.id']}; paired by seed: same initial weights and task draws)",
                       *variant_lines(entry), ""]
     if lines:
-        path.write_text("\n".join(lines))
+        write_text(path, "\n".join(lines))
     return bool(lines)
 
 
@@ -468,33 +468,32 @@ def write_report(out: Path, shared: dict | None = None) -> None:
         shared = json.loads(out.with_suffix(".json").read_text()).get("shared_config")
     if shared is not None:
         report["shared_config"] = shared
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json(out.with_suffix(".json"), report)
     write_table(table, out.with_suffix(".md"))
     write_variant_table(table, out.with_suffix(".variants.md"))
     plot(runs, out.with_suffix(".png"))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
-    parser.add_argument("--algos", nargs="+", default=list(CREDIT_METHODS), choices=ALGOS,
+    arguments = parser(__doc__, RESULTS / "learning_efficiency", "output path prefix")
+    arguments.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    arguments.add_argument("--algos", nargs="+", default=list(CREDIT_METHODS), choices=ALGOS,
                         help=f"credit methods, or variants of ours: {', '.join(VARIANTS)}")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=None,
+    arguments.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    arguments.add_argument("--steps", type=int, default=None,
                         help="env-step budget per run (default: the env's, else 12,000)")
-    parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
-    parser.add_argument("--config", default=str(ROOT / "learning_efficiency.json"),
+    arguments.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
+    arguments.add_argument("--config", default=str(ROOT / "learning_efficiency.json"),
                         help="JSON file of settings (dotted names over the cpu-demo preset) shared by every run")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
+    arguments.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
                         help="override single settings of --config, e.g. algo.learning_rate=0.003")
-    parser.add_argument("--out", default=str(RESULTS / "learning_efficiency"), help="output path prefix")
-    parser.add_argument("--warm-start", action="store_true",
+    arguments.add_argument("--warm-start", action="store_true",
                         help="every run starts from the env's supervised warm start (WARM_STARTS)")
-    parser.add_argument("--state-key", choices=["env", "observation"], default="env",
+    arguments.add_argument("--state-key", choices=["env", "observation"], default="env",
                         help="the envs' state keys: their own (default) or the observation text exactly (the "
                              "paper's and verl-agent's regime; env.kwargs.state_key)")
-    parser.add_argument("--summarize-only", action="store_true", help="redo table and plot from OUT.runs.jsonl")
-    args = parser.parse_args()
+    arguments.add_argument("--summarize-only", action="store_true", help="redo table and plot from OUT.runs.jsonl")
+    args = arguments.parse_args()
     if args.summarize_only:
         write_report(Path(args.out))
         print(Path(args.out).with_suffix(".md").read_text())
@@ -519,7 +518,7 @@ def main() -> None:
                     config["run.total_timesteps"] = args.steps
                 if args.state_key != "env":
                     config["env.kwargs"] = {**config["env.kwargs"], "state_key": args.state_key}
-                run_dir = ROOT / "runs" / out.name / f"{env}-{algo}-s{seed}"
+                run_dir = RUNS / out.name / f"{env}-{algo}-s{seed}"
                 jobs.append({"env": env, "name": algo, "config": config, "run_dir": str(run_dir)})
     print(f"{len(jobs)} runs to do, {len(done)} already in {runs_file}", flush=True)
     started = time.time()
