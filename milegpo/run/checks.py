@@ -28,15 +28,16 @@ def check_setup(config: TrainConfig, verbose: int = 1) -> dict[str, Any]:
       trains on every task (``env.train_split`` null) and evaluates on held-out task seeds (``eval.splits``
       ``[held_out]``), said in one line; settings the user changed are kept and checked;
     - ``env.module_dir``: the folder the env's module was imported from when it is no installed package.
+
+    A run's own env module must be importable first (:func:`~milegpo.run.plan.checked_settings` and
+    :func:`~milegpo.run.finish.load_run` remember the folder it was trained from).
     """
     from milegpo.envs.registration import make_env, takes_split
-    from milegpo.envs.user_modules import env_module_folder, remember_module_dir
+    from milegpo.envs.user_modules import env_module_folder
     from milegpo.envs.vocabulary import VOCABULARY_EPISODES
     from milegpo.policies.model import check_device, check_model_loads, check_torchvision
 
     env_config = config.env
-    if env_config.module_dir is not None:
-        remember_module_dir(env_config.module_dir)
     changes: dict[str, Any] = {}
     train_split, eval_splits = env_config.train_split, config.eval.splits
     try:

@@ -40,19 +40,14 @@ class SplitPlan:
     :param env_kwargs: the env's constructor arguments on this split.
     :param task_seeds: the tasks an evaluation of the split plays (empty for the training split).
     :param seed: the seed of a sampled evaluation of the split: fixed per (run seed, split), so a
-        checkpoint's score on a split does not depend on what was evaluated before it.
+        checkpoint's score on a split does not depend on what was evaluated before it (None for the
+        training split, whose draws the run seed seeds).
     """
 
     name: str | None
     env_kwargs: Mapping[str, Any]
     task_seeds: tuple[int, ...] = ()
-    seed: int = 0
-
-
-def split_kwargs(settings: TrainConfig, split: str | None) -> dict[str, Any]:
-    """The env's constructor arguments on ``split``: ``env.kwargs`` with ``split`` added (none for None and
-    ``held_out``, the evaluation split of an env without splits)."""
-    return settings.env.kwargs_for(split)
+    seed: int | None = None
 
 
 def eval_split_plan(settings: TrainConfig, split: str | None, n_tasks: int | None = None) -> SplitPlan:
@@ -60,7 +55,7 @@ def eval_split_plan(settings: TrainConfig, split: str | None, n_tasks: int | Non
     ``held_out`` the first seeds training never draws."""
     seeds = eval_task_seeds(split, n_tasks or settings.eval.n_tasks)
     seed = zlib.crc32(f"{settings.run.seed}:{split}".encode())
-    return SplitPlan(split, split_kwargs(settings, split), tuple(seeds), seed)
+    return SplitPlan(split, settings.env.kwargs_for(split), tuple(seeds), seed)
 
 
 def _single_process() -> World:
@@ -105,8 +100,7 @@ class RunPlan:
     def of(cls, settings: TrainConfig, run_dir: str | Path, world: World | None = None, resume: bool = False,
            restart: bool = False) -> RunPlan:
         """The plan of a run of ``settings`` (checked by :func:`checked_settings`) in ``run_dir``."""
-        train = SplitPlan(settings.env.train_split, split_kwargs(settings, settings.env.train_split),
-                          seed=settings.run.seed)
+        train = SplitPlan(settings.env.train_split, settings.env.kwargs_for(settings.env.train_split))
         model = settings.policy.model
         base_model = model if model is not None else str((Path(run_dir) / BASE_MODEL_DIR).resolve())
         warm = settings.run.warm_start
@@ -159,6 +153,7 @@ def checked_settings(config: TrainConfig, verbose: int = 1) -> TrainConfig:
     from milegpo.run.tracking import check_available
 
     check_available(parse_report_to(config.run.report_to))
+    remember_env_module(config)  # the checks import a user's env module from the folder it was trained from
     changes = check_setup(config, verbose)
     model = absolute_model_path(config.policy.model)
     if model != config.policy.model:
@@ -193,4 +188,4 @@ def set_torch_threads(settings: TrainConfig) -> int:
 
 
 __all__ = ["RunPlan", "SplitPlan", "checked_settings", "default_run_dir", "eval_split_plan", "remember_env_module",
-           "set_torch_threads", "split_kwargs"]
+           "set_torch_threads"]

@@ -43,7 +43,8 @@ def lock_run_dir(run_dir: Path, world: World, new_run: bool) -> RunFolderLock | 
     from milegpo.algos import distributed
     from milegpo.run.lock import RunFolderBusyError, RunFolderLock
 
-    lock, refusal = None, None
+    lock: RunFolderLock | None = None
+    refusal: RunFolderBusyError | RunFolderError | None = None
     if world.is_main:
         try:
             lock = RunFolderLock(run_dir).acquire()
@@ -52,11 +53,10 @@ def lock_run_dir(run_dir: Path, world: World, new_run: bool) -> RunFolderLock | 
         except (RunFolderBusyError, RunFolderError) as exc:
             if lock is not None:
                 lock.release()
-            refusal = (type(exc).__name__, str(exc))
-    refusal = distributed.broadcast_from_main(refusal, world)
+            refusal = exc
+    refusal = distributed.broadcast_from_main(refusal, world)  # the refusal itself: every rank raises the same
     if refusal is not None:
-        kind, message = refusal
-        raise (RunFolderBusyError if kind == RunFolderBusyError.__name__ else RunFolderError)(message)
+        raise refusal
     return lock
 
 
