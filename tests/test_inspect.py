@@ -33,6 +33,7 @@ from milegpo.credit import (
     milestone_evidence,
 )
 from milegpo.credit.batch import load_step_batch, save_step_batch
+from milegpo.envs import make_env
 from milegpo.inspect import report_data, write_report
 from milegpo.inspect.html import json_block, render_report
 from milegpo.inspect.runfiles import kept_iterations, learning_curve
@@ -325,6 +326,24 @@ def test_a_real_run_keeps_the_observation_of_every_state(rollout: list[str], tmp
                 room = str(key).split("|")[0].removeprefix("at=")
                 said = "you are in a deep pit." if room == "pit" else f"you are in the {room}."
                 assert said in table["texts"][text_id], (iteration, key)
+        assert_replays_from_its_task_seeds(batch, meta["task_seeds"], run)
+
+
+def assert_replays_from_its_task_seeds(batch: StepBatch, task_seeds: list[int], run: Path) -> None:
+    """Each kept trajectory, replayed from the task seed its group played (the meta's ``task_seeds``) in an
+    env made with the run's settings, passes the same states with the same rewards (what a benchmark
+    needs to follow the run's episodes with its own ground truth)."""
+    config = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+    env = make_env(config.env.id, **config.env.kwargs_for(config.env.train_split))
+    assert len(task_seeds) == len(np.unique(batch.task_ids)) == config.env.n_tasks
+    for traj in np.unique(batch.traj_ids):
+        rows = np.flatnonzero(batch.traj_ids == traj)
+        _, info = env.reset(seed=task_seeds[int(batch.task_ids[rows[0]])])
+        for row in rows:
+            assert info["state_key"] == batch.state_keys[row]
+            _, reward, _, _, info = env.step(str(batch.actions[row]))
+            assert (info["state_key"], reward) == (batch.next_state_keys[row], batch.rewards[row])
+    env.close()
 
 
 def test_an_old_run_whose_config_cannot_give_its_credit_settings_is_one_clear_error(tmp_path, capsys):

@@ -235,8 +235,17 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
                 "method": plan.credit_method}
         # one process: the batch is this rollout's, in the buffer's row order (several: ranks merged, texts not sent)
         observations = buffer.step_observations() if not plan.world.distributed else None
+        if not plan.world.distributed:  # the task seed each of the batch's task ids (groups) played
+            meta["task_seeds"] = group_task_seeds(buffer)
         write_credit_outputs(run_logger, credit, batch, meta, stats["success_rate"], plan.credit_config, observations)
     return steps
+
+
+def group_task_seeds(buffer: TextRolloutBuffer) -> list[int]:
+    """The task seed each of the buffer's groups played, by group index (a one-process batch's task ids):
+    with the env's settings, a seed names the task exactly, so a kept batch's episodes can be replayed."""
+    seeds = {traj.group: traj.task_seed for traj in buffer.trajectories}
+    return [seeds[group] for group in range(max(seeds) + 1)] if seeds else []
 
 
 def group_task_keys(buffer: TextRolloutBuffer, num_tasks: int | None) -> dict[int, int]:
