@@ -27,6 +27,17 @@ the best (:func:`chosen_half_life`); then ALFWorld and WebShop with it, seeds 0-
     python -m benchmarks.credit.memory_quality --stage heldout --envs alfworld webshop --seeds 0 1 2 3 4
     python -m benchmarks.credit.memory_quality --tables-only
 
+Then the same held-out scoring over a *learning* policy's groups: the learning benchmark's
+``milegpo_memory`` runs of ALFWorld and WebShop (random init and warm start, seeds 0-4, trained with
+``--set run.keep_batch_every=1``), every iteration's groups replayed with the ground truth
+(:mod:`run_groups`), the methods crediting them in the run's order; the memory's evidence there is
+what the run's own memory had (the ``env`` regime is the one the runs trained with)::
+
+    python -m benchmarks.credit.memory_quality --stage heldout-learning-random-init --envs alfworld webshop \
+        --seeds 0 1 2 3 4 --runs-folder benchmarks/runs/learning_efficiency_paper_envs
+    python -m benchmarks.credit.memory_quality --stage heldout-learning-warm-start --envs alfworld webshop \
+        --seeds 0 1 2 3 4 --runs-folder benchmarks/runs/learning_efficiency_warm_start
+
 The tables end with the task recurrence a learning benchmark run would see (:func:`learning_recurrence`).
 
 Each seed is filed in ``benchmarks/results/memory_quality.json`` when done; the tables go to
@@ -44,13 +55,15 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.credit import credit_quality as cq
-from benchmarks.credit import ground_truth
+from benchmarks.credit import ground_truth, run_groups
 from benchmarks.harness import RESULTS, parser, write_json, write_text
 from benchmarks.learning import learning_efficiency
 from milegpo.credit import MilestoneMemory, compute_credit, make_credit_config
 from milegpo.credit.memory import TaskCounts, milegpo_with_memory
 
 TUNING_HALF_LIVES = (2.0, 8.0, math.inf)
+#: the held-out stages over a learning policy's groups (:mod:`run_groups`): stage -> the runs' start
+LEARNING_STAGES = {"heldout-learning-random-init": "random init", "heldout-learning-warm-start": "warm start"}
 METRICS = ("pairwise_accuracy", "weighted_agreement")
 WITHIN = 0.002  # the protocol's tie margin
 
@@ -146,6 +159,7 @@ def score_sequence(env_name: str, sequence: list[cq.Groups], half_lives: tuple[f
     row["steps"] = int(sum(g.batch("env").num_steps for g in sequence))
     row["trajectories"] = int(sum(len(g.success) for g in sequence))
     row["success_rate"] = float(np.mean([s for g in sequence for s in g.success]))
+    row["success_by_iteration"] = [float(np.mean(g.success)) for g in sequence]
     return row
 
 
@@ -160,7 +174,9 @@ def learning_recurrence(data: dict, half_life: float, runs: int = 20) -> dict:
     iterations (the random policy's episode length, from this file's sequences; ALFWorld's for both
     ALFWorld settings), through a :class:`MilestoneMemory` of ``half_life`` fed each group's 8 trajectories."""
     lengths = {}
-    for stage in data["stages"].values():
+    for name, stage in data["stages"].items():
+        if name in LEARNING_STAGES:  # a learning policy's episodes, not the random policy's
+            continue
         for env_name, seeds in stage["envs"].items():
             groups = [r["steps"] / r["trajectories"] for r in seeds.values() if "trajectories" in r]
             if groups:
@@ -288,7 +304,10 @@ def tables(data: dict) -> str:
 
 def main() -> None:
     arguments = parser(__doc__, RESULTS / "memory_quality")
-    arguments.add_argument("--stage", choices=("tuning", "heldout"))
+    arguments.add_argument("--stage", choices=("tuning", "heldout", *LEARNING_STAGES))
+    arguments.add_argument("--runs-folder", type=Path, default=None,
+                           help="learning stages: the folder of the learning benchmark's memory runs "
+                                "(<env>-milegpo_memory-s<seed>, trained with run.keep_batch_every=1)")
     arguments.add_argument("--envs", nargs="+", default=[])
     arguments.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     arguments.add_argument("--pool", type=int, default=8)
@@ -303,17 +322,27 @@ def main() -> None:
     if not args.tables_only:
         if args.stage is None:
             arguments.error("--stage is needed unless --tables-only")
-        if args.stage == "heldout":
+        if args.stage != "tuning":
             half_lives = (float(chosen_half_life(data["stages"]["tuning"])[0].split("=")[1]),)
         else:
             half_lives = TUNING_HALF_LIVES
-        setting = (f"random-policy groups, {args.iterations} iterations x {args.per_iteration} tasks from a pool of "
-                   f"{args.pool}, K = {args.group_size}; half-lives {[memory_label(h) for h in half_lives]}")
+        if args.stage in LEARNING_STAGES:
+            if args.runs_folder is None:
+                arguments.error(f"--stage {args.stage} needs --runs-folder")
+            setting = (f"{LEARNING_STAGES[args.stage]}: every iteration's groups of the memory's own learning runs "
+                       f"(the learning benchmark's settings, {args.runs_folder.name}), replayed with the ground "
+                       f"truth; half-lives {[memory_label(h) for h in half_lives]}")
+        else:
+            setting = (f"random-policy groups, {args.iterations} iterations x {args.per_iteration} tasks from a pool "
+                       f"of {args.pool}, K = {args.group_size}; half-lives {[memory_label(h) for h in half_lives]}")
         for env_name in args.envs:
             for seed in args.seeds:
                 started = time.time()
-                sequence = play_sequence(env_name, seed, args.pool, args.per_iteration, args.iterations,
-                                         args.group_size)
+                if args.stage in LEARNING_STAGES:
+                    sequence = run_groups.replay_run(env_name, args.runs_folder / f"{env_name}-milegpo_memory-s{seed}")
+                else:
+                    sequence = play_sequence(env_name, seed, args.pool, args.per_iteration, args.iterations,
+                                             args.group_size)
                 row = score_sequence(env_name, sequence, half_lives, tuple(args.state_key))
                 row["seconds"] = time.time() - started
                 data = load(path)  # another process may have filed seeds meanwhile
