@@ -150,3 +150,33 @@ def test_a_small_learning_run_is_recorded_and_tabulated(tmp_path):
     learning_efficiency.write_table(table, tmp_path / "table.md")
     text = (tmp_path / "table.md").read_text()
     assert "MileGPO −" in text and "no shaping without a success (ours)" in text
+
+
+def test_why_milegpo_reads_the_memorys_learning_runs_and_names_its_learning_groups(tmp_path, monkeypatch):
+    """The memory's learning rows are the learning table's variant differences, as recorded; its credit rows
+    over a learning policy's groups say so (not "random policy")."""
+    from benchmarks.credit import memory_quality, why_milegpo
+
+    diff = {"mean": 0.01, "ci95": [-0.02, 0.04], "n": 5, "wins": 3, "losses": 2}
+    table = {"webshop": {"milegpo_minus": {}, "variant_minus": {"milegpo_memory": {"graphgpo": {"auc": diff}}}}}
+    (tmp_path / "learning_efficiency_warm_start.json").write_text(json.dumps({"table": table}))
+    monkeypatch.setattr(why_milegpo, "RESULTS", tmp_path)
+    assert why_milegpo.memory_learning_comparisons("graphgpo") == [why_milegpo.Comparison(
+        "webshop", "env keys", "warm start", "learning", "success AUC", 0.01, -0.02, 0.04, 5)]
+    assert why_milegpo.memory_learning_comparisons("milegpo") == []
+
+    def row(memory: float) -> dict:
+        scores = {"pairwise_accuracy": 0.5, "weighted_agreement": 0.5, "accuracy_unsolved": 0.5}
+        label = "memory h=2"
+        return {"pairs": 10, "regimes": {"env": {
+            "methods": {"GraphGPO": scores, "MileGPO": scores, label: {**scores, "pairwise_accuracy": memory}},
+            "memory": {label: {"recurrence_rate": 0.3, "evidence_share_mean": 0.1, "bytes_per_task": 1.0}}}}}
+
+    stage = {"setting": "", "envs": {"alfworld": {str(s): row(0.52 + 0.001 * s) for s in range(3)}}}
+    data = {"stages": {"tuning": stage, "heldout-learning-warm-start": stage}}
+    (tmp_path / "memory_quality.json").write_text(json.dumps(data))
+    rows = why_milegpo.memory_comparisons("milegpo")
+    assert {r.start for r in rows} == {"random policy, sequence (tuning)", "learning policy's groups, warm start"}
+    accuracy = [r for r in rows if r.metric == "pairwise accuracy"]
+    assert all(r.mean == pytest.approx(0.021) and r.verdict == "ahead" for r in accuracy)
+    assert memory_quality.LEARNING_STAGES["heldout-learning-warm-start"] == "warm start"

@@ -12,8 +12,10 @@ number in the summary is typed by hand:
 
 The same comparison against G2PO (the newest graph method with public code) follows in its own
 table, where its runs exist (learning: House and TWX coin; credit quality: every env scored with it).
-Then MileGPO's opt-in milestone memory against MileGPO and against GraphGPO, from
-``memory_quality.json`` (``benchmarks/credit/memory_quality.py``; its tuning and held-out stages).
+Then MileGPO's opt-in milestone memory against MileGPO and against GraphGPO: learning from the
+learning results' ``milegpo_memory`` runs (paired by seed with MileGPO's and GraphGPO's), credit quality
+from ``memory_quality.json`` (``benchmarks/credit/memory_quality.py``; its tuning and held-out stages,
+random-policy sequences and a learning policy's own groups).
 
 A difference is **ahead** when its 95 % interval lies above zero, **behind** when below, and
 **level** otherwise; with fewer than 3 seeds (e.g. WebShop's random groups, where few seeds
@@ -51,6 +53,8 @@ LEARNING_SOURCES = [
 LEARNING_METRICS = {"auc": "success AUC", "final eval_id": "final success", "final eval": "final success",
                     "auc score": "score AUC"}
 CREDIT_SOURCE = "credit_quality_regimes"
+#: the learning benchmark's name of the milestone memory variant (at the protocol's chosen half-life)
+MEMORY_VARIANT = "milegpo_memory"
 #: the credit benchmark's regime names, as this table says them
 REGIME_NAMES = {"env": "env keys", "observation": "paper keys"}
 
@@ -155,13 +159,32 @@ def memory_comparisons(baseline: str) -> list[Comparison]:
     chosen = memory_quality.chosen_half_life(data["stages"]["tuning"])[0]
     rows = []
     for stage_name, stage in data["stages"].items():
-        start = f"random policy, sequence ({stage_name})"
+        start = (f"learning policy's groups, {memory_quality.LEARNING_STAGES[stage_name]}"
+                 if stage_name in memory_quality.LEARNING_STAGES else f"random policy, sequence ({stage_name})")
         for c in memory_quality.comparisons(stage):
             if c["variant"] != chosen or c["metric"] not in memory_quality.METRICS:
                 continue
             d = c[f"vs_{baseline}"]
             rows.append(Comparison(c["env"], REGIME_NAMES[c["regime"]], start, "credit", c["metric"].replace("_", " "),
                                    d["mean"], d["low"], d["high"], d["n"]))
+    return rows
+
+
+def memory_learning_comparisons(baseline: str) -> list[Comparison]:
+    """The memory's learning runs (the learning benchmark's ``milegpo_memory`` variant) − ``baseline``
+    (``"milegpo"`` or ``"graphgpo"``), paired by seed, per learning results file that has them."""
+    rows = []
+    for stem, regime, start in LEARNING_SOURCES:
+        path = RESULTS / f"{stem}.json"
+        if not path.exists():
+            continue
+        for env, entry in json.loads(path.read_text())["table"].items():
+            diffs = entry.get("variant_minus", {}).get(MEMORY_VARIANT, {}).get(baseline)
+            for metric, label in LEARNING_METRICS.items():
+                if diffs and metric in diffs:
+                    d = diffs[metric]
+                    rows.append(Comparison(env, regime, start, "learning", label, d["mean"], d["ci95"][0],
+                                           d["ci95"][1], d["n"]))
     return rows
 
 
@@ -208,7 +231,8 @@ def main() -> None:
     memory_part = "".join(
         f"\n### {memory} (ours, opt-in) against {label}\n\n"
         f"{summary(rows_of, label).replace('MileGPO is', f'{memory} is')}\n\n{table(rows_of, label, memory)}\n"
-        for label, rows_of in (("MileGPO", memory_comparisons("milegpo")), ("GraphGPO", memory_comparisons("graphgpo")))
+        for label, rows_of in (("MileGPO", memory_learning_comparisons("milegpo") + memory_comparisons("milegpo")),
+                               ("GraphGPO", memory_learning_comparisons("graphgpo") + memory_comparisons("graphgpo")))
         if rows_of)
     harness.write_text(out, f"{text}\n\n{table(rows)}\n\n### MileGPO against G2PO\n\n{summary(g2po, 'G2PO')}\n\n"
                    f"{table(g2po, 'G2PO')}\n{memory_part}")
