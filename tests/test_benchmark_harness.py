@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -48,3 +51,46 @@ def test_the_parser_is_the_docstring_and_out() -> None:
     assert "python -m benchmarks.x.y" in made.format_help()
     with pytest.raises(ValueError, match="needs a docstring"):
         harness.parser(None)
+
+
+#: every benchmark module: benchmarks/<name>.py and benchmarks/<group>/<name>.py
+MODULES = [f"benchmarks.{p.stem}" for p in sorted((harness.REPO / "benchmarks").glob("*.py"))] + \
+    [f"benchmarks.{p.parent.name}.{p.stem}" for p in sorted((harness.REPO / "benchmarks").glob("*/*.py"))]
+MODULES = [name for name in MODULES if not name.endswith(".__init__")]
+#: modules that need packages beyond the dev extras (the verl extra, and verl itself): skipped without them
+NEEDS = {"benchmarks.integrations.verl_setup_hook": ("ray", "verl")}
+#: modules known not to import, and why: the test fails once one imports (take it off this list then)
+BROKEN = {"benchmarks.speed.iteration_profile": "imports benchmarks.learning_efficiency, which moved to "
+                                                "benchmarks/learning/ (c78ec39)"}
+IMPORT_ALL = """
+import importlib, json, sys
+errors = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        errors[name] = ""
+    except BaseException as error:
+        errors[name] = f"{type(error).__name__}: {error}"
+print(json.dumps(errors))
+"""
+
+
+@pytest.fixture(scope="module")
+def import_errors() -> dict[str, str]:
+    """Each benchmark module's import error ("" when it imports), all imported in one fresh interpreter run from
+    the repository's root: importing ray and verl changes the environment variables, the logging and
+    ``sys.path`` of the process that does it, which the other tests should not inherit."""
+    names = [name for name in MODULES if all(find_spec(package) for package in NEEDS.get(name, ()))]
+    done = subprocess.run([sys.executable, "-c", IMPORT_ALL, *names], cwd=harness.REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=BROKEN[name]))
+                                  if name in BROKEN else name for name in MODULES])
+def test_every_benchmark_module_imports(name: str, import_errors: dict[str, str]) -> None:
+    missing = [package for package in NEEDS.get(name, ()) if find_spec(package) is None]
+    if missing:
+        pytest.skip(f"{name} needs {', '.join(missing)}")
+    assert import_errors[name] == ""
