@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-from benchmarks import harness, learning_efficiency
+from benchmarks import harness
+from benchmarks.learning import learning_efficiency
 from benchmarks.learning.learning_efficiency import ENVS, make_config
 
 SHARED = json.loads(Path(learning_efficiency.__file__).with_suffix(".json").read_text())
