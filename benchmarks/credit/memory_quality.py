@@ -31,12 +31,18 @@ Then the same held-out scoring over a *learning* policy's groups: the learning b
 ``milegpo_memory`` runs of ALFWorld and WebShop (random init and warm start, seeds 0-4, trained with
 ``--set run.keep_batch_every=1``), every iteration's groups replayed with the ground truth
 (:mod:`run_groups`), the methods crediting them in the run's order; the memory's evidence there is
-what the run's own memory had (the ``env`` regime is the one the runs trained with)::
+what the run's own memory had (the ``env`` regime is the one the runs trained with). The random-init
+runs are those of ``learning_efficiency_paper_envs`` trained again with every batch kept (the first
+command writes a throwaway runs file; its curves and finals are the committed ones), the warm-start
+runs those of ``learning_efficiency_warm_start_memory`` (its command is in learning_efficiency.py)::
 
+    python -m benchmarks.learning.learning_efficiency --envs alfworld webshop --algos milegpo_memory \
+        --seeds 0 1 2 3 4 --workers 1 --set run.keep_batch_every=1 \
+        --out benchmarks/runs/memory_groups/learning_efficiency_paper_envs
     python -m benchmarks.credit.memory_quality --stage heldout-learning-random-init --envs alfworld webshop \
         --seeds 0 1 2 3 4 --runs-folder benchmarks/runs/learning_efficiency_paper_envs
     python -m benchmarks.credit.memory_quality --stage heldout-learning-warm-start --envs alfworld webshop \
-        --seeds 0 1 2 3 4 --runs-folder benchmarks/runs/learning_efficiency_warm_start
+        --seeds 0 1 2 3 4 --runs-folder benchmarks/runs/learning_efficiency_warm_start_memory
 
 The tables end with the task recurrence a learning benchmark run would see (:func:`learning_recurrence`).
 

@@ -27,6 +27,11 @@ Run folders go to ``benchmarks/runs/<out name>/`` (not committed).
     python -m benchmarks.learning.learning_efficiency --envs alfworld webshop --algos milegpo_memory --seeds 0 1 2 3 4 \
         --workers 1 --out benchmarks/results/learning_efficiency_paper_envs   # the milestone memory, paired
                                      # with the MileGPO and GraphGPO runs there (its table: variant minus both)
+    python -m benchmarks.learning.learning_efficiency --envs alfworld webshop --algos milegpo_memory milegpo graphgpo \
+        --seeds 0 1 2 3 4 --warm-start --workers 1 --set run.keep_batch_every=1 \
+        --out benchmarks/results/learning_efficiency_warm_start_memory   # the memory from the warm start, paired
+                     # with MileGPO and GraphGPO by today's code (the warm start's policy changes with the code;
+                     # every batch kept: benchmarks/credit/memory_quality.py scores the memory runs' own groups)
     python -m benchmarks.learning.learning_efficiency --envs house coin --steps 24000   # the House/coin table
     python -m benchmarks.learning.learning_efficiency --seeds 0 --steps 4000 --envs house   # a quick look
     python -m benchmarks.learning.learning_efficiency --envs alfworld --algos milegpo graphgpo --warm-start \
