@@ -242,6 +242,7 @@ def comparisons(stage: dict) -> list[dict]:
                                 "milegpo": float(np.nanmean(of["MileGPO"])), "memory": float(np.nanmean(of[label])),
                                 "vs_milegpo": interval(of[label], of["MileGPO"]),
                                 "vs_graphgpo": interval(of[label], of["GraphGPO"]),
+                                "milegpo_vs_graphgpo": interval(of["MileGPO"], of["GraphGPO"]),
                                 "recurrence_rate": float(np.mean([m["recurrence_rate"] for m in memory])),
                                 "evidence_share": float(np.mean([m["evidence_share_mean"] for m in memory])),
                                 "bytes_per_task": float(np.mean([m["bytes_per_task"] for m in memory])),
@@ -273,12 +274,14 @@ def tables(data: dict) -> str:
     for stage_name, stage in data["stages"].items():
         lines += [f"### {stage_name}: {stage['setting']}", "",
                   "| env | state key | variant | metric | seeds | pairs / seed | GraphGPO | MileGPO | memory "
-                  "| Δ(memory − MileGPO) | Δ(memory − GraphGPO) | recurrence | evidence from memory | bytes / task |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| Δ(memory − MileGPO) | Δ(memory − GraphGPO) | Δ(MileGPO − GraphGPO) | recurrence "
+                  "| evidence from memory | bytes / task |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in comparisons(stage):
             lines.append(f"| {c['env']} | {c['regime']} | {c['variant']} | {c['metric']} | {c['seeds']} "
                          f"| {c['pairs_per_seed']:.0f} | {c['graphgpo']:.3f} | {c['milegpo']:.3f} | {c['memory']:.3f} "
-                         f"| {_delta(c['vs_milegpo'])} | {_delta(c['vs_graphgpo'])} | {c['recurrence_rate']:.2f} "
+                         f"| {_delta(c['vs_milegpo'])} | {_delta(c['vs_graphgpo'])} "
+                         f"| {_delta(c['milegpo_vs_graphgpo'])} | {c['recurrence_rate']:.2f} "
                          f"| {c['evidence_share']:.2f} | {c['bytes_per_task']:.0f} |")
         counts: dict[str, dict[str, int]] = {}
         for c in comparisons(stage):

@@ -8,7 +8,9 @@ number in the summary is typed by hand:
   initial weights and task draws), mean and 95 % t interval, for each env's area under the
   held-out success curve and final held-out success (and WebShop's score);
 * credit quality (``credit_quality_regimes.json``): MileGPO minus GraphGPO pairwise accuracy
-  and weighted agreement against the ground truth, both regimes.
+  and weighted agreement against the ground truth, both regimes; and the same over a learning
+  policy's own groups (``memory_quality.json``'s learning stages: every iteration of the learning
+  benchmark's memory runs, replayed with the ground truth).
 
 The same comparison against G2PO (the newest graph method with public code) follows in its own
 table, where its runs exist (learning: House and TWX coin; credit quality: every env scored with it).
@@ -48,7 +50,11 @@ LEARNING_SOURCES = [
     ("learning_efficiency_warm_start", "env keys", "warm start"),
     ("learning_efficiency_paper_keys", "paper keys", "random init"),
     ("learning_efficiency_paper_keys_warm_start", "paper keys", "warm start"),
+    ("learning_efficiency_paper_envs_paper_keys", "paper keys", "random init"),
 ]
+#: the milestone memory's learning results: its variant's runs are in these (the warm start's beside MileGPO
+#: and GraphGPO trained again by the same code: the warm-start policy changes with the code)
+MEMORY_LEARNING_SOURCES = [*LEARNING_SOURCES, ("learning_efficiency_warm_start_memory", "env keys", "warm start")]
 #: the learning metrics shown (the first a table has of each family), with their label
 LEARNING_METRICS = {"auc": "success AUC", "final eval_id": "final success", "final eval": "final success",
                     "auc score": "score AUC"}
@@ -144,6 +150,25 @@ def credit_comparisons() -> list[Comparison]:
     return rows
 
 
+def learning_group_comparisons() -> list[Comparison]:
+    """MileGPO − GraphGPO pairwise accuracy and weighted agreement over a learning policy's own groups: the
+    learning stages of ``memory_quality.json`` (every iteration's groups of the memory's learning runs,
+    replayed with the ground truth; MileGPO and GraphGPO credit them without memory)."""
+    from benchmarks.credit import memory_quality
+
+    path = RESULTS / "memory_quality.json"
+    stages = json.loads(path.read_text())["stages"] if path.exists() else {}
+    rows = {}
+    for stage_name, start in memory_quality.LEARNING_STAGES.items():
+        for c in memory_quality.comparisons(stages.get(stage_name, {"envs": {}})):
+            if c["metric"] in memory_quality.METRICS:
+                d = c["milegpo_vs_graphgpo"]
+                rows[(c["env"], c["regime"], stage_name, c["metric"])] = Comparison(
+                    c["env"], REGIME_NAMES[c["regime"]], f"learning policy's groups, {start}", "credit",
+                    c["metric"].replace("_", " "), d["mean"], d["low"], d["high"], d["n"])
+    return list(rows.values())
+
+
 def memory_comparisons(baseline: str) -> list[Comparison]:
     """MileGPO with its milestone memory (the protocol's chosen half-life) − ``baseline`` (``"milegpo"`` or
     ``"graphgpo"``) from ``memory_quality.json`` (``benchmarks/credit/memory_quality.py``: random-policy groups drawn
@@ -174,7 +199,7 @@ def memory_learning_comparisons(baseline: str) -> list[Comparison]:
     """The memory's learning runs (the learning benchmark's ``milegpo_memory`` variant) − ``baseline``
     (``"milegpo"`` or ``"graphgpo"``), paired by seed, per learning results file that has them."""
     rows = []
-    for stem, regime, start in LEARNING_SOURCES:
+    for stem, regime, start in MEMORY_LEARNING_SOURCES:
         path = RESULTS / f"{stem}.json"
         if not path.exists():
             continue
@@ -223,7 +248,7 @@ def write_readme_block(text: str) -> None:
 
 def main() -> None:
     args = harness.parser(__doc__, RESULTS / "why_milegpo.md").parse_args()
-    rows = learning_comparisons() + credit_comparisons()
+    rows = learning_comparisons() + credit_comparisons() + learning_group_comparisons()
     text = summary(rows)
     g2po = learning_comparisons("g2po") + credit_comparisons_against("G2PO")
     out = args.out
