@@ -180,3 +180,7 @@ def test_why_milegpo_reads_the_memorys_learning_runs_and_names_its_learning_grou
     accuracy = [r for r in rows if r.metric == "pairwise accuracy"]
     assert all(r.mean == pytest.approx(0.021) and r.verdict == "ahead" for r in accuracy)
     assert memory_quality.LEARNING_STAGES["heldout-learning-warm-start"] == "warm start"
+    groups = why_milegpo.learning_group_comparisons()  # MileGPO − GraphGPO over the learning stage only
+    assert {(r.start, r.metric, r.mean) for r in groups} == {
+        ("learning policy's groups, warm start", "pairwise accuracy", 0.0),
+        ("learning policy's groups, warm start", "weighted agreement", 0.0)}
