@@ -333,7 +333,7 @@ def assert_replays_from_its_task_seeds(batch: StepBatch, task_seeds: list[int], 
     """Each kept trajectory, replayed from the task seed its group played (the meta's ``task_seeds``) in an
     env made with the run's settings, passes the same states with the same rewards (what a benchmark
     needs to follow the run's episodes with its own ground truth)."""
-    config = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+    config = TrainConfig.from_file(run / "config.json")
     env = make_env(config.env.id, **config.env.kwargs_for(config.env.train_split))
     assert len(task_seeds) == len(np.unique(batch.task_ids)) == config.env.n_tasks
     for traj in np.unique(batch.traj_ids):

@@ -14,7 +14,6 @@ stops it with one error naming the iteration, trajectory and step.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from benchmarks.credit import ground_truth
 from milegpo.config.run import TrainConfig
 from milegpo.credit.batch import StepBatch, load_step_batch
 from milegpo.inspect.runfiles import kept_iterations
+from milegpo.run_folder import CONFIG_FILE
 
 #: env kwargs that change what the env reports but not what it does (the state key's form; which
 #: scripted expert fills ``info["expert_plan"]``): a run and the benchmark's env may differ in them
@@ -35,10 +35,10 @@ class ReplayError(ValueError):
 
 
 def run_config(run_dir: Path) -> TrainConfig:
-    path = run_dir / "config.json"
+    path = run_dir / CONFIG_FILE
     if not path.is_file():
-        raise ReplayError(f"{str(run_dir)!r} has no config.json: pass a folder `milegpo train` wrote")
-    return TrainConfig.from_dict(json.loads(path.read_text()))
+        raise ReplayError(f"{str(run_dir)!r} has no {CONFIG_FILE}: pass a folder `milegpo train` wrote")
+    return TrainConfig.from_file(path)
 
 
 def check_same_env(env_name: str, config: TrainConfig) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks import harness
@@ -86,25 +87,32 @@ class Comparison:
         return "ahead" if self.low > 0 else "behind" if self.high < 0 else "level"
 
 
-def learning_comparisons(baseline: str = "graphgpo") -> list[Comparison]:
-    """MileGPO − ``baseline`` (a method name) per learning results file, env and metric."""
+def learning_rows(sources: list[tuple[str, str, str]], differences: Callable[[dict], dict | None],
+                  missing_ok: bool = False) -> list[Comparison]:
+    """One row per results file of ``sources``, env and metric of :data:`LEARNING_METRICS`: the paired
+    differences ``differences`` picks from an env's entry of the file's table (None: that env has none). A
+    missing file stops the script, naming it, unless ``missing_ok``."""
     rows = []
-    for stem, regime, start in LEARNING_SOURCES:
+    for stem, regime, start in sources:
         path = RESULTS / f"{stem}.json"
         if not path.exists():
+            if missing_ok:
+                continue
             raise SystemExit(f"{path} is missing: run benchmarks/learning/learning_efficiency.py with --out "
                              f"benchmarks/results/{stem} first (its docstring has the command)")
-        table = json.loads(path.read_text())["table"]
-        for env, entry in table.items():
-            diffs = entry["milegpo_minus"].get(baseline)
-            if diffs is None:
-                continue
+        for env, entry in json.loads(path.read_text())["table"].items():
+            diffs = differences(entry) or {}
             for metric, label in LEARNING_METRICS.items():
                 if metric in diffs:
                     d = diffs[metric]
                     rows.append(Comparison(env, regime, start, "learning", label, d["mean"], d["ci95"][0],
                                            d["ci95"][1], d["n"]))
     return rows
+
+
+def learning_comparisons(baseline: str = "graphgpo") -> list[Comparison]:
+    """MileGPO − ``baseline`` (a method name) per learning results file, env and metric."""
+    return learning_rows(LEARNING_SOURCES, lambda entry: entry["milegpo_minus"].get(baseline))
 
 
 def credit_comparisons_against(baseline: str) -> list[Comparison]:
@@ -150,6 +158,15 @@ def credit_comparisons() -> list[Comparison]:
     return rows
 
 
+def stage_start(stage_name: str) -> str:
+    """How the groups of a ``memory_quality.json`` stage were played, as the tables say it."""
+    from benchmarks.credit import memory_quality
+
+    if stage_name in memory_quality.LEARNING_STAGES:
+        return f"learning policy's groups, {memory_quality.LEARNING_STAGES[stage_name]}"
+    return f"random policy, sequence ({stage_name})"
+
+
 def learning_group_comparisons() -> list[Comparison]:
     """MileGPO − GraphGPO pairwise accuracy and weighted agreement over a learning policy's own groups: the
     learning stages of ``memory_quality.json`` (every iteration's groups of the memory's learning runs,
@@ -159,12 +176,12 @@ def learning_group_comparisons() -> list[Comparison]:
     path = RESULTS / "memory_quality.json"
     stages = json.loads(path.read_text())["stages"] if path.exists() else {}
     rows = {}
-    for stage_name, start in memory_quality.LEARNING_STAGES.items():
+    for stage_name in memory_quality.LEARNING_STAGES:
         for c in memory_quality.comparisons(stages.get(stage_name, {"envs": {}})):
             if c["metric"] in memory_quality.METRICS:
                 d = c["milegpo_vs_graphgpo"]
                 rows[(c["env"], c["regime"], stage_name, c["metric"])] = Comparison(
-                    c["env"], REGIME_NAMES[c["regime"]], f"learning policy's groups, {start}", "credit",
+                    c["env"], REGIME_NAMES[c["regime"]], stage_start(stage_name), "credit",
                     c["metric"].replace("_", " "), d["mean"], d["low"], d["high"], d["n"])
     return list(rows.values())
 
@@ -184,8 +201,7 @@ def memory_comparisons(baseline: str) -> list[Comparison]:
     chosen = memory_quality.chosen_half_life(data["stages"]["tuning"])[0]
     rows = []
     for stage_name, stage in data["stages"].items():
-        start = (f"learning policy's groups, {memory_quality.LEARNING_STAGES[stage_name]}"
-                 if stage_name in memory_quality.LEARNING_STAGES else f"random policy, sequence ({stage_name})")
+        start = stage_start(stage_name)
         for c in memory_quality.comparisons(stage):
             if c["variant"] != chosen or c["metric"] not in memory_quality.METRICS:
                 continue
@@ -198,19 +214,9 @@ def memory_comparisons(baseline: str) -> list[Comparison]:
 def memory_learning_comparisons(baseline: str) -> list[Comparison]:
     """The memory's learning runs (the learning benchmark's ``milegpo_memory`` variant) − ``baseline``
     (``"milegpo"`` or ``"graphgpo"``), paired by seed, per learning results file that has them."""
-    rows = []
-    for stem, regime, start in MEMORY_LEARNING_SOURCES:
-        path = RESULTS / f"{stem}.json"
-        if not path.exists():
-            continue
-        for env, entry in json.loads(path.read_text())["table"].items():
-            diffs = entry.get("variant_minus", {}).get(MEMORY_VARIANT, {}).get(baseline)
-            for metric, label in LEARNING_METRICS.items():
-                if diffs and metric in diffs:
-                    d = diffs[metric]
-                    rows.append(Comparison(env, regime, start, "learning", label, d["mean"], d["ci95"][0],
-                                           d["ci95"][1], d["n"]))
-    return rows
+    return learning_rows(MEMORY_LEARNING_SOURCES,
+                         lambda entry: entry.get("variant_minus", {}).get(MEMORY_VARIANT, {}).get(baseline),
+                         missing_ok=True)
 
 
 def table(rows: list[Comparison], baseline: str = "GraphGPO", method: str = "MileGPO") -> str:

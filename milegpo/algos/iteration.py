@@ -244,7 +244,7 @@ def assign_credit(env: GroupedTextVecEnv, buffer: TextRolloutBuffer, collected: 
 def group_task_seeds(buffer: TextRolloutBuffer) -> list[int]:
     """The task seed each of the buffer's groups played, by group index (a one-process batch's task ids):
     with the env's settings, a seed names the task exactly, so a kept batch's episodes can be replayed."""
-    seeds = {traj.group: traj.task_seed for traj in buffer.trajectories}
+    seeds = group_task_keys(buffer, None)  # with no task count, a group's key is its seed
     return [seeds[group] for group in range(max(seeds) + 1)] if seeds else []
 
 
