@@ -184,3 +184,13 @@ def test_why_milegpo_reads_the_memorys_learning_runs_and_names_its_learning_grou
     assert {(r.start, r.metric, r.mean) for r in groups} == {
         ("learning policy's groups, warm start", "pairwise accuracy", 0.0),
         ("learning policy's groups, warm start", "weighted agreement", 0.0)}
+
+
+def test_a_run_filed_twice_stops_the_table_naming_it(tmp_path):
+    runs = tmp_path / "out.runs.jsonl"
+    row = {"env": "house", "algo": "milegpo", "seed": 0}
+    runs.write_text(json.dumps(row) + "\n" + json.dumps({**row, "seed": 1}) + "\n")
+    assert len(learning_efficiency.read_runs(runs)) == 2
+    runs.write_text(runs.read_text() + json.dumps(row) + "\n")
+    with pytest.raises(SystemExit, match=r"filed more than once.*\('house', 'milegpo', 0\)"):
+        learning_efficiency.read_runs(runs)

@@ -451,7 +451,9 @@ def plot(runs: list[dict], path: Path) -> None:
 
 
 def read_runs(path: Path) -> list[dict]:
-    """The finished runs recorded in ``path`` (a JSON line each; a half-written last line is ignored)."""
+    """The finished runs recorded in ``path`` (a JSON line each; a half-written last line is ignored). A run
+    filed twice (two benchmark processes on one file) stops the script, naming it: its table would count
+    one line of it, silently."""
     if not path.exists():
         return []
     runs = []
@@ -460,6 +462,11 @@ def read_runs(path: Path) -> list[dict]:
             runs.append(json.loads(line))
         except json.JSONDecodeError:
             continue
+    keys = [(r.get("env"), r["algo"], r["seed"]) for r in runs]
+    twice = sorted({key for key in keys if keys.count(key) > 1}, key=str)
+    if twice:
+        raise SystemExit(f"{path} has runs filed more than once (env, algorithm, seed): {twice[:5]}; keep one line "
+                         "of each and run again")
     return runs
 
 
